@@ -1,0 +1,91 @@
+"""The messages between scheduler, executor and front end, shaped like vLLM's
+`SchedulerOutput` (`vllm/v1/core/sched/output.py`), `ModelRunnerOutput` and
+`KVConnectorOutput` (`vllm/v1/outputs.py`) and `EngineCoreOutput`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class NewRequestData:
+    req_id: str
+    prompt_len: int
+    block_ids: list[int]
+    num_computed_tokens: int
+
+
+@dataclass
+class CachedRequestData:
+    req_ids: list[str] = field(default_factory=list)
+    resumed_req_ids: set[str] = field(default_factory=set)
+    new_block_ids: list[list[int] | None] = field(default_factory=list)
+    num_computed_tokens: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled_new_reqs: list[NewRequestData]
+    scheduled_cached_reqs: CachedRequestData
+    num_scheduled_tokens: dict[str, int]
+    total_num_scheduled_tokens: int
+    scheduled_spec_decode_tokens: dict[str, list[int]]
+    num_common_prefix_blocks: list[int]
+    finished_req_ids: set[str]
+    preempted_req_ids: set[str]
+    # Extras this simulator exposes for executors and shadow stores: the full
+    # block table of every scheduled request as of this step, and the step's
+    # sequence number when the fence is on.
+    block_tables: dict[str, list[int]] = field(default_factory=dict)
+    computed_before: dict[str, int] = field(default_factory=dict)
+    kv_connector_metadata: Any = None
+    sched_step_seq: int = 0
+    step_index: int = 0
+
+    @classmethod
+    def make_empty(cls) -> "SchedulerOutput":
+        return cls([], CachedRequestData(), {}, 0, {}, [], set(), set())
+
+
+@dataclass
+class KVConnectorOutput:
+    finished_sending: set[str] | None = None
+    finished_recving: set[str] | None = None
+    failed_recving: set[str] | None = None
+    invalid_block_ids: set[int] = field(default_factory=set)
+
+    def is_empty(self) -> bool:
+        return not (self.finished_sending or self.finished_recving or self.failed_recving or self.invalid_block_ids)
+
+
+@dataclass
+class ModelRunnerOutput:
+    req_ids: list[str]
+    req_id_to_index: dict[str, int]
+    sampled_token_ids: list[list[int]]
+    kv_connector_output: KVConnectorOutput | None = None
+
+    @classmethod
+    def empty(cls) -> "ModelRunnerOutput":
+        return cls([], {}, [])
+
+
+@dataclass
+class EngineCoreOutput:
+    request_id: str
+    new_token_ids: list[int]
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    kv_transfer_params: dict[str, Any] | None = None
+    num_cached_tokens: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class EngineCoreOutputs:
+    outputs: list[EngineCoreOutput] = field(default_factory=list)
+    finished_requests: set[str] = field(default_factory=set)

@@ -1,0 +1,90 @@
+"""Plain records that every runtime emits and every report reads.
+
+Times are in seconds on the runtime's clock (virtual in-process, wall in Ray);
+`clock` on the run says which. Both runtimes fill the same fields so reports
+do not care where a run came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class RequestRecord:
+    request_id: str
+    arrival_time: float
+    prompt_len: int
+    max_tokens: int
+    priority: int = 0
+    # The first time a scheduler admitted the request (prefill node for P/D).
+    first_scheduled_time: float | None = None
+    # Time the consumer started / finished waiting for remote KV (P/D only).
+    remote_kv_wait_start: float | None = None
+    remote_kv_wait_end: float | None = None
+    # Arrival time of every output token at the client, in order.
+    token_times: list[float] = field(default_factory=list)
+    output_token_ids: list[int] = field(default_factory=list)
+    finish_time: float | None = None
+    finish_reason: str | None = None  # "stop", "length", "abort", "error", or None while running
+    num_preemptions: int = 0
+
+    @property
+    def ttft(self) -> float | None:
+        return self.token_times[0] - self.arrival_time if self.token_times else None
+
+    @property
+    def e2el(self) -> float | None:
+        return self.finish_time - self.arrival_time if self.finish_time is not None else None
+
+    @property
+    def queue_time(self) -> float | None:
+        if self.first_scheduled_time is None:
+            return None
+        return self.first_scheduled_time - self.arrival_time
+
+    @property
+    def remote_kv_wait(self) -> float | None:
+        if self.remote_kv_wait_start is None or self.remote_kv_wait_end is None:
+            return None
+        return self.remote_kv_wait_end - self.remote_kv_wait_start
+
+    @property
+    def succeeded(self) -> bool:
+        return self.finish_reason in ("stop", "length") and bool(self.token_times)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class StepRecord:
+    """One scheduled step of one node."""
+
+    node: str
+    time: float  # when the step was scheduled
+    step_index: int
+    batch_size: int
+    num_scheduled_tokens: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_running: int
+    num_waiting: int
+    num_waiting_for_remote_kvs: int
+    num_free_blocks: int
+    num_deferred_blocks: int
+    num_total_blocks: int
+    batches_in_flight: int
+    num_preemptions_total: int
+    num_zero_progress_preemptions_total: int
+    duration: float = 0.0  # modelled step time
+
+    @property
+    def kv_usage(self) -> float:
+        usable = self.num_total_blocks
+        return 0.0 if usable == 0 else 1.0 - self.num_free_blocks / usable
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["kv_usage"] = self.kv_usage
+        return d
