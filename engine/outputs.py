@@ -34,12 +34,9 @@ class SchedulerOutput:
     num_common_prefix_blocks: list[int]
     finished_req_ids: set[str]
     preempted_req_ids: set[str]
-    # Extras this simulator exposes for executors and shadow stores: the full
-    # block table of every scheduled request as of this step, and the step's
-    # sequence number when the fence is on.
-    block_tables: dict[str, list[int]] = field(default_factory=dict)
-    computed_before: dict[str, int] = field(default_factory=dict)
     kv_connector_metadata: Any = None
+    # Simulator extras: the fence counter after this step was scheduled, and a
+    # per-scheduler step number (empty steps included) for traces.
     sched_step_seq: int = 0
     step_index: int = 0
 

@@ -88,3 +88,16 @@ class StepRecord:
         d = asdict(self)
         d["kv_usage"] = self.kv_usage
         return d
+
+
+@dataclass(frozen=True)
+class WorkloadRequest:
+    """One request a workload releases: what the load driver hands a runtime."""
+
+    request_id: str
+    arrival_time: float
+    prompt_len: int
+    output_len: int
+    priority: int = 0
+    # Ids of the prompt's prefix blocks (Mooncake traces); informational today.
+    hash_ids: tuple[int, ...] = ()

@@ -1,0 +1,249 @@
+"""The scheduler's second half: `update_from_output`, finishes and aborts,
+and the free path with its deferred-free fence (vLLM 0.33.0
+`sched.py:2259-2676`, `2964-3119`, `3556-3582`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
+
+from .outputs import EngineCoreOutput, EngineCoreOutputs, KVConnectorOutput, ModelRunnerOutput, SchedulerOutput
+from .request import Request, RequestStatus
+from .stop_checker import check_stop
+
+if TYPE_CHECKING:
+    from .scheduler import Scheduler
+
+
+class OutputProcessorMixin:
+    # ----------------------------------------------------------------- update
+    def update_from_output(
+        self: "Scheduler",
+        scheduler_output: SchedulerOutput,
+        model_runner_output: ModelRunnerOutput,
+    ) -> dict[int, EngineCoreOutputs]:
+        num_scheduled_tokens = scheduler_output.num_scheduled_tokens
+        sampled_token_ids = model_runner_output.sampled_token_ids
+        kv_connector_output = model_runner_output.kv_connector_output
+
+        # The fence moves first, then the frees it unblocks.
+        if self.defer_block_free and scheduler_output.total_num_scheduled_tokens > 0:
+            self.processed_step_seq += 1
+            self._drain_deferred_frees()
+
+        failed_kv_load_req_ids: set[str] = set()
+        if kv_connector_output and kv_connector_output.failed_recving:
+            failed_kv_load_req_ids.update(self._handle_failed_recving(kv_connector_output.failed_recving))
+
+        outputs: list[EngineCoreOutput] = []
+        stopped_running: set[Request] = set()
+        stopped_preempted: set[Request] = set()
+        requests = self.requests
+        req_id_to_index = model_runner_output.req_id_to_index
+        for req_id, n in num_scheduled_tokens.items():
+            request = requests.get(req_id)
+            output_is_stale = False
+            if request is not None:
+                request.num_in_flight_tokens -= n
+                if request.num_stale_output_tokens > 0:
+                    output_is_stale = True
+                    request.num_stale_output_tokens -= n
+                    assert request.num_stale_output_tokens >= 0
+            if req_id in failed_kv_load_req_ids:
+                continue
+            if request is None or request.status > RequestStatus.PREEMPTED:
+                continue
+            if output_is_stale and request.drop_stale_output:
+                continue
+
+            new_token_ids = sampled_token_ids[req_id_to_index[req_id]] if sampled_token_ids else []
+            if not new_token_ids:
+                continue
+            status_before_stop = request.status
+            new_token_ids, stopped = self._update_request_with_output(request, list(new_token_ids), output_is_stale)
+            finish_reason = None
+            kv_transfer_params = None
+            if stopped:
+                finish_reason = request.get_finished_reason()
+                kv_transfer_params = self._free_request(request)
+                if status_before_stop == RequestStatus.RUNNING:
+                    stopped_running.add(request)
+                else:
+                    stopped_preempted.add(request)
+            outputs.append(
+                EngineCoreOutput(
+                    request_id=req_id,
+                    new_token_ids=new_token_ids,
+                    finish_reason=finish_reason,
+                    stop_reason=request.stop_reason,
+                    kv_transfer_params=kv_transfer_params,
+                )
+            )
+
+        if stopped_running:
+            self.running = [r for r in self.running if r not in stopped_running]
+        if stopped_preempted:
+            self.waiting.remove_requests(stopped_preempted)
+            self.kv_holding_waiting.remove_requests(stopped_preempted)
+            self.deferred_waiting.difference_update(stopped_preempted)
+
+        if failed_kv_load_req_ids and not self.recompute_kv_load_failures:
+            for request in self.finish_requests(failed_kv_load_req_ids, RequestStatus.FINISHED_ERROR):
+                outputs.append(EngineCoreOutput(request.request_id, [], finish_reason=request.get_finished_reason()))
+
+        if kv_connector_output is not None:
+            self._update_from_kv_xfer_finished(kv_connector_output)
+
+        result: dict[int, EngineCoreOutputs] = {}
+        if outputs:
+            result[0] = EngineCoreOutputs(outputs=outputs)
+        return result
+
+    def _update_request_with_output(
+        self: "Scheduler", request: Request, new_token_ids: list[int], is_stale: bool
+    ) -> tuple[list[int], bool]:
+        num_new_tokens = len(new_token_ids)
+        stopped = False
+        for num_new, token_id in enumerate(new_token_ids, 1):
+            request.append_output_token_ids(token_id)
+            if check_stop(request, self.max_model_len):
+                stopped = True
+                if not is_stale:
+                    request.num_computed_tokens -= num_new_tokens - num_new
+                del new_token_ids[num_new:]
+                break
+        if not is_stale and request.num_output_placeholders > 0:
+            request.num_output_placeholders -= num_new_tokens
+            assert request.num_output_placeholders >= 0
+        return new_token_ids, stopped
+
+    def _handle_failed_recving(self: "Scheduler", failed_req_ids: Iterable[str]) -> set[str]:
+        affected: set[str] = set()
+        for req_id in failed_req_ids:
+            request = self.requests.get(req_id)
+            if request is not None and request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+                affected.add(req_id)
+                if self.recompute_kv_load_failures:
+                    request.num_computed_tokens = 0
+                    self.failed_recving_kv_req_ids.add(req_id)
+        return set() if self.recompute_kv_load_failures else affected
+
+    def _update_from_kv_xfer_finished(self: "Scheduler", out: KVConnectorOutput) -> None:
+        if self.connector is not None:
+            self.connector.update_connector_output(out)
+        for req_id in out.finished_recving or ():
+            request = self.requests.get(req_id)
+            if request is None:
+                raise ValueError(f"finished_recving names unknown request {req_id!r}")
+            if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+                self.finished_recving_kv_req_ids.add(req_id)
+            else:
+                assert request.is_finished(), f"{req_id} finished receiving in state {request.status.name}"
+                self._free_blocks(request)
+        for req_id in out.finished_sending or ():
+            request = self.requests.get(req_id)
+            if request is None:
+                raise ValueError(f"finished_sending names unknown request {req_id!r}")
+            self._free_blocks(request)
+
+    # ------------------------------------------------------- finish and abort
+    def finish_requests(
+        self: "Scheduler", request_ids: str | Iterable[str] | None, finished_status: RequestStatus
+    ) -> list[Request]:
+        """Finish requests from outside (aborts, errors); ignores unknown and
+        already-finished ids; returns the requests it finished."""
+        if not RequestStatus.is_finished(finished_status):
+            raise ValueError(f"finished_status={finished_status!r} is not a finished status")
+        if isinstance(request_ids, str):
+            request_ids = (request_ids,)
+        elif request_ids is None:
+            request_ids = list(self.requests)
+        else:
+            request_ids = list(dict.fromkeys(request_ids))
+
+        running_to_remove: set[Request] = set()
+        waiting_to_remove: list[Request] = []
+        valid: list[Request] = []
+        for req_id in request_ids:
+            request = self.requests.get(req_id)
+            if request is None or request.is_finished():
+                continue
+            valid.append(request)
+            if request.status == RequestStatus.RUNNING:
+                running_to_remove.add(request)
+            else:
+                waiting_to_remove.append(request)
+        if running_to_remove:
+            self.running = [r for r in self.running if r not in running_to_remove]
+        if waiting_to_remove:
+            self.waiting.remove_requests(waiting_to_remove)
+            self.kv_holding_waiting.remove_requests(waiting_to_remove)
+            self.deferred_waiting.difference_update(waiting_to_remove)
+
+        for request in valid:
+            delay_free = False
+            if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+                # A started load keeps its blocks until the receive completes.
+                delay_free = request.request_id not in self.finished_recving_kv_req_ids
+                self.finished_recving_kv_req_ids.discard(request.request_id)
+                self.failed_recving_kv_req_ids.discard(request.request_id)
+            request.status = finished_status
+            self._free_request(request, delay_free_blocks=delay_free)
+        return valid
+
+    def _free_request(self: "Scheduler", request: Request, delay_free_blocks: bool = False) -> dict[str, Any] | None:
+        assert request.is_finished()
+        self._inflight_prefills.discard(request)
+        kv_xfer_params = None
+        if self.connector is not None:
+            # Block ids handed to the connector are clipped to the computed tokens.
+            n_blocks = -(-request.num_computed_tokens // self.block_size)
+            block_ids = self.kv_cache_manager.get_block_ids(request.request_id)[:n_blocks]
+            connector_delay, kv_xfer_params = self.connector.request_finished(request, block_ids)
+            delay_free_blocks |= connector_delay
+        self.finished_req_ids.add(request.request_id)
+        if not delay_free_blocks:
+            self._free_blocks(request)
+        return kv_xfer_params
+
+    def _free_blocks(self: "Scheduler", request: Request) -> None:
+        assert request.is_finished()
+        self._free_request_blocks(request)
+        del self.requests[request.request_id]
+
+    # ------------------------------------------------------------- the fence
+    def _free_request_blocks(self: "Scheduler", request: Request) -> None:
+        """Free now, or — when an in-flight step may still write the blocks —
+        drop the bookkeeping at once and park the blocks in `deferred_frees`
+        until the newest scheduled step's output has been processed."""
+        if self._request_blocks_can_be_freed(request):
+            self.kv_cache_manager.free(request)
+            return
+        blocks = self.kv_cache_manager.pop_blocks_for_free(request)
+        if blocks:
+            self.deferred_frees.append((self.sched_step_seq, blocks))
+            c = self.counters
+            c.deferred_free_blocks += len(blocks)
+            if c.deferred_free_blocks > c.deferred_free_blocks_peak:
+                c.deferred_free_blocks_peak = c.deferred_free_blocks
+
+    def _drain_deferred_frees(self: "Scheduler") -> None:
+        """Stop at the first unsatisfied fence (0.33.0 does not scan past it)."""
+        deferred = self.deferred_frees
+        pool = self.kv_cache_manager.block_pool
+        c = self.counters
+        while deferred:
+            fence, _ = deferred[0]
+            if fence > self.processed_step_seq:
+                break
+            _, blocks = deferred.popleft()
+            pool.free_blocks(reversed(blocks))
+            c.deferred_free_blocks -= len(blocks)
+            c.num_blocks_freed_by_drain += len(blocks)
+
+    def num_deferred_free_blocks(self: "Scheduler") -> int:
+        return self.counters.deferred_free_blocks
+
+    def get_counters(self: "Scheduler") -> dict[str, int]:
+        self.counters.num_allocate_slots_calls = self.kv_cache_manager.num_allocate_slots_calls
+        return self.counters.to_dict()
+

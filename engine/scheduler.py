@@ -1,0 +1,498 @@
+"""The v1 `Scheduler`: vLLM 0.33.0's `schedule()` pass
+(`vllm/v1/core/sched/scheduler.py`) for one full-attention KV group, with the
+deferred block-free fence and a switch between the cascade fix (PR #49675)
+and the pre-fix retry.
+
+Output processing, frees and the fence drain live in `output_processor.py`;
+this module builds steps.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from .config import VllmConfig
+from .counters import SchedulerCounters
+from .kv_cache_manager import KVCacheBlocks, KVCacheManager, cdiv
+from .kv_connector.base import KVConnectorBase
+from .output_processor import OutputProcessorMixin
+from .outputs import CachedRequestData, NewRequestData, SchedulerOutput
+from .request import Request, RequestStatus
+from .request_queue import create_request_queue
+
+
+class Scheduler(OutputProcessorMixin):
+    def __init__(self, vllm_config: VllmConfig, connector: KVConnectorBase | None = None) -> None:
+        self.vllm_config = vllm_config
+        sc = self.scheduler_config = vllm_config.scheduler_config
+        cc = vllm_config.cache_config
+        self.policy = sc.policy
+        self.max_model_len = sc.max_model_len
+        self.max_num_running_reqs = sc.max_num_seqs
+        self.max_num_active_reqs = sc.max_num_seqs
+        self.max_num_scheduled_tokens = sc.max_num_batched_tokens
+        self.block_size = cc.block_size
+        self.scheduler_reserve_full_isl = sc.scheduler_reserve_full_isl
+        self.prefix_guard = sc.preemption_guard == "prefix"
+        self.num_lookahead_tokens = 0
+
+        self.kv_cache_manager = KVCacheManager(cc.num_gpu_blocks, cc.block_size, sc.max_model_len, sc.watermark)
+        self.connector = connector
+        ktc = vllm_config.kv_transfer_config
+        if connector is not None and ktc is None:
+            raise ValueError("a KV connector needs a kv_transfer_config (its kv_role decides the fence gate)")
+
+        # The fence gate (sched.py:189-195): a consumer-capable connector and
+        # overlapping batches. A config value other than None forces it.
+        gate = ktc is not None and ktc.is_kv_consumer and vllm_config.max_concurrent_batches > 1
+        self.defer_block_free = gate if sc.defer_block_free is None else sc.defer_block_free
+        self.requires_kv_delivery = connector.requires_kv_delivery if connector is not None else False
+        self.recompute_kv_load_failures = ktc is None or ktc.kv_load_failure_policy == "recompute"
+
+        self.requests: dict[str, Request] = {}
+        self.running: list[Request] = []
+        self.waiting = create_request_queue(self.policy)
+        self.kv_holding_waiting = create_request_queue(self.policy)
+        self.deferred_waiting: set[Request] = set()
+        self._inflight_prefills: set[Request] = set()
+        self.finished_req_ids: set[str] = set()
+        self.reset_preempted_req_ids: set[str] = set()
+        self.finished_recving_kv_req_ids: set[str] = set()
+        self.failed_recving_kv_req_ids: set[str] = set()
+
+        # The fence (sched.py:466-476).
+        self.sched_step_seq = 0
+        self.processed_step_seq = 0
+        self.deferred_frees: deque[tuple[int, list]] = deque()
+
+        self.prefill_capacity_bound = False
+        self.current_step = 0
+        self.counters = SchedulerCounters()
+
+    # ------------------------------------------------------------------ queue
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"request id {request.request_id!r} is already in the scheduler")
+        if request.num_prompt_tokens > self.max_model_len:
+            raise ValueError(
+                f"request {request.request_id!r}: prompt of {request.num_prompt_tokens} tokens exceeds "
+                f"max_model_len={self.max_model_len}"
+            )
+        self._enqueue_waiting_request(request)
+        self.requests[request.request_id] = request
+        if self.connector is not None:
+            self.connector.on_new_request(request)
+
+    @staticmethod
+    def _holds_kv_blocks(request: Request) -> bool:
+        return request.num_computed_tokens > 0 or request.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+
+    def _enqueue_waiting_request(self, request: Request) -> None:
+        if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+            self.deferred_waiting.add(request)
+        if self._holds_kv_blocks(request):
+            self.kv_holding_waiting.add_request(request)
+        else:
+            self.waiting.add_request(request)
+
+    def get_request_counts(self) -> tuple[int, int]:
+        return len(self.running), len(self.waiting) + len(self.kv_holding_waiting)
+
+    def get_num_unfinished_requests(self) -> int:
+        running, waiting = self.get_request_counts()
+        return running + waiting
+
+    def has_unfinished_requests(self) -> bool:
+        return self.get_num_unfinished_requests() > 0
+
+    def has_finished_requests(self) -> bool:
+        if self.finished_req_ids:
+            return True
+        if self.connector is None:
+            return False
+        running, waiting = self.get_request_counts()
+        return len(self.requests) > running + waiting
+
+    def has_requests(self) -> bool:
+        return self.has_unfinished_requests() or self.has_finished_requests() or (
+            self.connector is not None and self.connector.has_pending_push_work()
+        )
+
+    def get_kv_cache_usage(self) -> float:
+        return self.kv_cache_manager.usage
+
+    def num_waiting_for_remote_kvs(self) -> int:
+        return sum(1 for r in self.kv_holding_waiting if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS)
+
+    # ------------------------------------------------------------------ fence
+    def _request_blocks_can_be_freed(self, request: Request) -> bool:
+        """The one predicate shared by the free path and the preemption retry."""
+        return not self.defer_block_free or request.last_sched_seq <= self.processed_step_seq
+
+    # --------------------------------------------------------------- schedule
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
+        self.current_step += 1
+        scheduled_new_reqs: list[Request] = []
+        scheduled_resumed_reqs: list[Request] = []
+        scheduled_running_reqs: list[Request] = []
+        preempted_reqs: list[Request] = []
+        req_to_new_blocks: dict[str, KVCacheBlocks] = {}
+        num_scheduled_tokens: dict[str, int] = {}
+        token_budget = self.max_num_scheduled_tokens
+        input_budget = self.scheduler_config.max_num_batched_tokens
+        kvm = self.kv_cache_manager
+        kvm.new_step_starts()
+
+        defer_prefills = (throttle_prefills and not self.prefill_capacity_bound) and any(
+            not r.is_prefill_chunk for r in self.running
+        )
+        num_running, num_waiting = self.get_request_counts()
+        long_prefill_threshold = (
+            self.scheduler_config.long_prefill_token_threshold if num_running + num_waiting > 1 else 0
+        )
+
+        # ---- running requests
+        running = self.running
+        req_index = 0
+        priority = self.policy == "priority"
+        while req_index < len(running) and token_budget > 0:
+            request = running[req_index]
+            # Async guard: the step in flight already yields the last token.
+            if (
+                request.num_output_placeholders > 0
+                and request.num_computed_tokens + 2 - request.num_output_placeholders
+                >= request.num_prompt_tokens + request.max_tokens
+            ):
+                req_index += 1
+                continue
+            if defer_prefills and request.is_prefill_chunk:
+                req_index += 1
+                continue
+            num_new_tokens = request.num_tokens_with_spec + request.num_output_placeholders - request.num_computed_tokens
+            if 0 < long_prefill_threshold < num_new_tokens:
+                num_new_tokens = long_prefill_threshold
+            num_new_tokens = min(num_new_tokens, token_budget, input_budget)
+            num_new_tokens = min(num_new_tokens, self.max_model_len - request.num_computed_tokens - 1)
+            if num_new_tokens <= 0:
+                req_index += 1
+                continue
+
+            while True:
+                new_blocks = kvm.allocate_slots(request, num_new_tokens, num_lookahead_tokens=self.num_lookahead_tokens)
+                if new_blocks is not None:
+                    break
+                if self.connector is not None and self.connector.has_pending_block_frees():
+                    break
+                # Pick the victim without mutating anything.
+                if priority:
+                    victim = max(running, key=lambda r: (r.priority, r.arrival_time))
+                else:
+                    victim = running[-1]
+                # PR #49675: a fenced victim frees nothing now; stop the retry.
+                if not self._request_blocks_can_be_freed(victim):
+                    self.counters.num_fence_stopped_retries += 1
+                    if not self.prefix_guard:
+                        break
+                if priority:
+                    victim_index = running.index(victim)
+                    del running[victim_index]
+                    # PR #49206: any victim before the cursor shifts it.
+                    if victim_index < req_index:
+                        req_index -= 1
+                    if victim in scheduled_running_reqs:
+                        scheduled_running_reqs.remove(victim)
+                        restored = num_scheduled_tokens.pop(victim.request_id)
+                        token_budget += restored
+                        input_budget += restored
+                        req_to_new_blocks.pop(victim.request_id)
+                else:
+                    running.pop()
+                self._preempt_request(victim)
+                preempted_reqs.append(victim)
+                if victim is request:
+                    break
+
+            if new_blocks is None:
+                if priority and request.status == RequestStatus.PREEMPTED:
+                    # It preempted itself; req_index already points at the next one.
+                    continue
+                break
+
+            scheduled_running_reqs.append(request)
+            req_to_new_blocks[request.request_id] = new_blocks
+            num_scheduled_tokens[request.request_id] = num_new_tokens
+            token_budget -= num_new_tokens
+            input_budget -= num_new_tokens
+            req_index += 1
+            if request.spec_token_ids:
+                request.spec_token_ids = []
+
+        # ---- waiting requests (never after a preemption in this step)
+        if not preempted_reqs:
+            token_budget = self._schedule_waiting(
+                token_budget,
+                input_budget,
+                defer_prefills,
+                long_prefill_threshold,
+                scheduled_new_reqs,
+                scheduled_resumed_reqs,
+                req_to_new_blocks,
+                num_scheduled_tokens,
+            )
+
+        total_num_scheduled_tokens = sum(num_scheduled_tokens.values())
+        assert total_num_scheduled_tokens <= self.max_num_scheduled_tokens
+        assert len(self.running) <= self.max_num_running_reqs
+
+        new_reqs_data = [
+            NewRequestData(
+                req.request_id,
+                req.num_prompt_tokens,
+                req_to_new_blocks[req.request_id].get_block_ids(),
+                req.num_computed_tokens,
+            )
+            for req in scheduled_new_reqs
+        ]
+        cached = self._make_cached_request_data(scheduled_running_reqs, scheduled_resumed_reqs, req_to_new_blocks)
+        scheduler_output = SchedulerOutput(
+            scheduled_new_reqs=new_reqs_data,
+            scheduled_cached_reqs=cached,
+            num_scheduled_tokens=num_scheduled_tokens,
+            total_num_scheduled_tokens=total_num_scheduled_tokens,
+            scheduled_spec_decode_tokens={},
+            num_common_prefix_blocks=[0],
+            finished_req_ids=self.finished_req_ids,
+            preempted_req_ids=self.reset_preempted_req_ids,
+            step_index=self.current_step,
+        )
+        if self.connector is not None:
+            scheduler_output.kv_connector_metadata = self.connector.build_connector_meta(scheduler_output)
+        if self.defer_block_free and total_num_scheduled_tokens > 0:
+            self.sched_step_seq += 1
+        scheduler_output.sched_step_seq = self.sched_step_seq
+        self._update_after_schedule(scheduler_output)
+        return scheduler_output
+
+    def _schedule_waiting(
+        self,
+        token_budget: int,
+        input_budget: int,
+        defer_prefills: bool,
+        long_prefill_threshold: int,
+        scheduled_new_reqs: list[Request],
+        scheduled_resumed_reqs: list[Request],
+        req_to_new_blocks: dict[str, KVCacheBlocks],
+        num_scheduled_tokens: dict[str, int],
+    ) -> int:
+        kvm = self.kv_cache_manager
+        connector = self.connector
+        skipped_waiting: deque[Request] = deque()
+        skipped_kv_holding: deque[Request] = deque()
+
+        def skip_request(queue) -> None:
+            r = queue.pop_request()
+            self.deferred_waiting.add(r)
+            (skipped_kv_holding if self._holds_kv_blocks(r) else skipped_waiting).appendleft(r)
+
+        while token_budget > 0:
+            queue = self.kv_holding_waiting if self.kv_holding_waiting else self.waiting
+            if not queue or input_budget <= 0:
+                break
+            if len(self.running) >= self.max_num_active_reqs:
+                break
+            request = queue.peek_request()
+            if not self._handle_blocked_waiting_request(request):
+                skip_request(queue)
+                continue
+            if request.num_stale_output_tokens and not request.drop_stale_output:
+                # Its in-flight output will still deliver a position; resuming
+                # now could sample that position twice.
+                skip_request(queue)
+                continue
+
+            num_external_computed_tokens = 0
+            load_kv_async = False
+            if request.num_computed_tokens == 0:
+                num_computed_tokens = 0
+                if connector is not None:
+                    ext_tokens, load_kv_async = connector.get_num_new_matched_tokens(request, 0)
+                    if ext_tokens is None:
+                        skip_request(queue)
+                        continue
+                    num_external_computed_tokens = ext_tokens
+                    num_computed_tokens = ext_tokens
+            else:
+                num_computed_tokens = request.num_computed_tokens
+
+            if load_kv_async:
+                num_new_tokens = 0
+            elif defer_prefills and num_computed_tokens < request.num_tokens - 1:
+                break
+            else:
+                request_token_budget = min(token_budget, input_budget)
+                num_new_tokens = request.num_tokens - num_computed_tokens
+                if 0 < long_prefill_threshold < num_new_tokens:
+                    num_new_tokens = long_prefill_threshold
+                if not self.scheduler_config.enable_chunked_prefill and num_new_tokens > request_token_budget:
+                    break
+                num_new_tokens = min(num_new_tokens, request_token_budget)
+
+            reserved_blocks = self._inflight_prefill_reserved_blocks() if load_kv_async else 0
+            new_blocks = kvm.allocate_slots(
+                request,
+                num_new_tokens,
+                num_lookahead_tokens=0 if load_kv_async else self.num_lookahead_tokens,
+                num_external_computed_tokens=num_external_computed_tokens,
+                delay_cache_blocks=load_kv_async,
+                full_sequence_must_fit=self.scheduler_reserve_full_isl,
+                reserved_blocks=reserved_blocks,
+                has_scheduled_reqs=bool(self.running),
+            )
+            if new_blocks is None:
+                break  # head-of-line: nothing behind it is tried
+
+            request_id = request.request_id
+            if connector is not None:
+                connector.update_state_after_alloc(request, kvm.get_blocks(request_id), num_external_computed_tokens)
+
+            if load_kv_async:
+                request.status = RequestStatus.WAITING_FOR_REMOTE_KVS
+                request.num_computed_tokens = num_computed_tokens
+                self._inflight_prefills.add(request)
+                skip_request(queue)
+                continue
+
+            request = queue.pop_request()
+            self.deferred_waiting.discard(request)
+            self.running.append(request)
+            if request.status == RequestStatus.WAITING:
+                scheduled_new_reqs.append(request)
+            elif request.status == RequestStatus.PREEMPTED:
+                scheduled_resumed_reqs.append(request)
+            else:
+                raise RuntimeError(f"Invalid request status: {request.status}")
+            req_to_new_blocks[request_id] = kvm.get_blocks(request_id)
+            num_scheduled_tokens[request_id] = num_new_tokens
+            token_budget -= num_new_tokens
+            input_budget -= num_new_tokens
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_computed_tokens
+            if num_computed_tokens + num_new_tokens < request.num_tokens:
+                self._inflight_prefills.add(request)
+
+        if skipped_kv_holding:
+            self.kv_holding_waiting.prepend_requests(skipped_kv_holding)
+        if skipped_waiting:
+            self.waiting.prepend_requests(skipped_waiting)
+        if not defer_prefills:
+            _, num_waiting = self.get_request_counts()
+            self.prefill_capacity_bound = num_waiting > len(self.deferred_waiting)
+        return token_budget
+
+    def _handle_blocked_waiting_request(self, request: Request) -> bool:
+        """False = skip it this step; promotes a completed async KV load."""
+        if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+            if request.request_id not in self.finished_recving_kv_req_ids:
+                return False
+            self._update_waiting_for_remote_kv(request)
+            request.status = RequestStatus.PREEMPTED if request.num_preemptions else RequestStatus.WAITING
+        return True
+
+    def _update_waiting_for_remote_kv(self, request: Request) -> None:
+        if request.request_id in self.failed_recving_kv_req_ids:
+            if not request.num_computed_tokens:
+                self.kv_cache_manager.free(request)
+            self.failed_recving_kv_req_ids.remove(request.request_id)
+        if request.num_computed_tokens == request.num_tokens:
+            # Recompute the last prompt token to sample the first output.
+            request.num_computed_tokens = request.num_tokens - 1
+        self.finished_recving_kv_req_ids.remove(request.request_id)
+
+    def _inflight_prefill_reserved_blocks(self) -> int:
+        kvm = self.kv_cache_manager
+        return sum(
+            kvm.get_num_blocks_to_allocate(r, min(r.num_tokens, self.max_model_len)) for r in self._inflight_prefills
+        )
+
+    def _make_cached_request_data(
+        self,
+        running_reqs: list[Request],
+        resumed_reqs: list[Request],
+        req_to_new_blocks: dict[str, KVCacheBlocks],
+    ) -> CachedRequestData:
+        data = CachedRequestData()
+        for req in running_reqs:
+            data.req_ids.append(req.request_id)
+            blocks = req_to_new_blocks[req.request_id].blocks
+            data.new_block_ids.append([b.block_id for b in blocks] if blocks else None)
+            data.num_computed_tokens.append(req.num_computed_tokens)
+        for req in resumed_reqs:
+            data.req_ids.append(req.request_id)
+            data.resumed_req_ids.add(req.request_id)
+            data.new_block_ids.append(req_to_new_blocks[req.request_id].get_block_ids())
+            data.num_computed_tokens.append(req.num_computed_tokens)
+        return data
+
+    def _preempt_request(self, request: Request, drop_stale_output: bool | None = None) -> None:
+        """Put a RUNNING request back at the head of `waiting` (the caller has
+        already removed it from `running`)."""
+        assert request.status == RequestStatus.RUNNING, "Only running requests can be preempted"
+        if drop_stale_output is None:
+            drop_stale_output = self.requires_kv_delivery
+        self.counters.num_preemptions += 1
+        if not self._request_blocks_can_be_freed(request):
+            self.counters.num_zero_progress_preemptions += 1
+        self._free_request_blocks(request)
+        self._inflight_prefills.discard(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        if request.spec_token_ids:
+            request.spec_token_ids = []
+        request.drop_stale_output = drop_stale_output or (
+            request.drop_stale_output and request.num_stale_output_tokens > 0
+        )
+        request.num_stale_output_tokens = request.num_in_flight_tokens
+        request.num_output_placeholders = 0
+        request.num_preemptions += 1
+        self.waiting.prepend_request(request)
+        self.reset_preempted_req_ids.add(request.request_id)
+
+    def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
+        requests = self.requests
+        defer = self.defer_block_free
+        seq = self.sched_step_seq
+        for req_id, n in scheduler_output.num_scheduled_tokens.items():
+            request = requests[req_id]
+            request.num_computed_tokens += n
+            request.num_in_flight_tokens += n
+            if defer:
+                request.last_sched_seq = seq
+            request.is_prefill_chunk = request.num_computed_tokens < (
+                request.num_tokens + request.num_output_placeholders
+            )
+            if not request.is_prefill_chunk:
+                self._inflight_prefills.discard(request)
+        self.finished_req_ids = set()
+        self.reset_preempted_req_ids = set()
+
+
+class AsyncScheduler(Scheduler):
+    """vLLM's `AsyncScheduler`: every scheduled decode adds an output
+    placeholder, so the next step can be built before this one's output."""
+
+    def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
+        super()._update_after_schedule(scheduler_output)
+        requests = self.requests
+        for req_id in scheduler_output.num_scheduled_tokens:
+            request = requests[req_id]
+            if request.is_prefill_chunk:
+                continue
+            request.num_output_placeholders += 1
+
+
+def create_scheduler_for(vllm_config: VllmConfig, connector: KVConnectorBase | None = None) -> Scheduler:
+    cls = AsyncScheduler if vllm_config.scheduler_config.async_scheduling else Scheduler
+    return cls(vllm_config, connector)
+
+
+__all__ = ["Scheduler", "AsyncScheduler", "create_scheduler_for", "cdiv"]

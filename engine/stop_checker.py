@@ -1,0 +1,21 @@
+"""`check_stop` in vLLM 0.33.0's order (`vllm/v1/core/sched/utils.py`):
+EOS, then stop tokens, then the length cap."""
+
+from __future__ import annotations
+
+from .request import Request, RequestStatus
+
+
+def check_stop(request: Request, max_model_len: int) -> bool:
+    last_token_id = request._output_token_ids[-1]
+    if last_token_id == request.eos_token_id:
+        request.status = RequestStatus.FINISHED_STOPPED
+        return True
+    if request.sampling_params.stop_token_ids and last_token_id in request.sampling_params.stop_token_ids:
+        request.status = RequestStatus.FINISHED_STOPPED
+        request.stop_reason = last_token_id
+        return True
+    if request.num_tokens >= max_model_len or request.num_output_tokens >= request.max_tokens:
+        request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+        return True
+    return False

@@ -1,0 +1,180 @@
+"""vLLM 0.5.3.post1's default block manager, `BlockSpaceManagerV1`
+(`vllm/core/block_manager_v1.py`), without prefix caching or sliding window.
+
+The rules a simulator must copy, because they decide admission and preemption:
+- admission (`can_allocate`) reserves the WHOLE sequence and keeps a watermark
+  of `int(0.01 * num_gpu_blocks)` blocks free (0 below 100 blocks);
+- a decode (`can_append_slots`) needs ONE FREE BLOCK PER RUNNING SEQUENCE even
+  when its last block still has room, and ignores the watermark;
+- swap-in needs the group's blocks plus one per swapped sequence, above the
+  watermark; swap-out needs as many free CPU blocks as the group holds.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from engine.v0.sequence import Sequence, SequenceGroup, SequenceStatus
+
+
+class AllocStatus(enum.Enum):
+    """OK: allocate now. LATER: not now, the pool could hold it. NEVER: the pool
+    (minus the watermark) can never hold it."""
+
+    OK = enum.auto()
+    LATER = enum.auto()
+    NEVER = enum.auto()
+
+
+class Device(enum.Enum):
+    GPU = enum.auto()
+    CPU = enum.auto()
+
+
+@dataclass(eq=False)
+class PhysicalTokenBlock:
+    device: Device
+    block_number: int
+    ref_count: int = 0
+
+
+class UncachedBlockAllocator:
+    """A LIFO free list, like vLLM's: the last freed block is reused first."""
+
+    def __init__(self, device: Device, num_blocks: int) -> None:
+        self.device = device
+        self.num_blocks = num_blocks
+        self.free_blocks = [PhysicalTokenBlock(device, i) for i in range(num_blocks)]
+
+    def allocate(self) -> PhysicalTokenBlock:
+        if not self.free_blocks:
+            raise ValueError(f"Out of memory! No free {self.device.name} blocks are available.")
+        block = self.free_blocks.pop()
+        block.ref_count = 1
+        return block
+
+    def free(self, block: PhysicalTokenBlock) -> None:
+        if block.ref_count == 0:
+            raise ValueError(f"Double free! {self.device.name} block {block.block_number} is already freed.")
+        block.ref_count -= 1
+        if block.ref_count == 0:
+            self.free_blocks.append(block)
+
+    def get_num_free_blocks(self) -> int:
+        return len(self.free_blocks)
+
+    def get_num_total_blocks(self) -> int:
+        return self.num_blocks
+
+
+BlockTable = list[PhysicalTokenBlock]
+
+
+class BlockSpaceManagerV1:
+    def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int,
+                 watermark: float = 0.01) -> None:
+        self.block_size = block_size
+        self.num_total_gpu_blocks = num_gpu_blocks
+        self.num_total_cpu_blocks = num_cpu_blocks
+        self.watermark = watermark
+        # Same float expression as vLLM so the truncation agrees bit for bit.
+        self.watermark_blocks = int(watermark * num_gpu_blocks)
+        self.gpu_allocator = UncachedBlockAllocator(Device.GPU, num_gpu_blocks)
+        self.cpu_allocator = UncachedBlockAllocator(Device.CPU, num_cpu_blocks)
+        self.block_tables: dict[int, BlockTable] = {}
+
+    # -- admission -----------------------------------------------------------
+    def num_required_blocks(self, seq_group: SequenceGroup) -> int:
+        return seq_group.get_seqs(status=SequenceStatus.WAITING)[0].n_blocks
+
+    def can_allocate(self, seq_group: SequenceGroup) -> AllocStatus:
+        required = self.num_required_blocks(seq_group)
+        if self.num_total_gpu_blocks - required < self.watermark_blocks:
+            return AllocStatus.NEVER
+        if self.gpu_allocator.get_num_free_blocks() - required >= self.watermark_blocks:
+            return AllocStatus.OK
+        return AllocStatus.LATER
+
+    def allocate(self, seq_group: SequenceGroup) -> None:
+        seq = seq_group.get_seqs(status=SequenceStatus.WAITING)[0]
+        self.block_tables[seq.seq_id] = [self.gpu_allocator.allocate() for _ in range(seq.n_blocks)]
+
+    # -- decode --------------------------------------------------------------
+    def can_append_slots(self, seq_group: SequenceGroup) -> bool:
+        # vLLM's "simple heuristic": one free block per running sequence,
+        # whether or not the next token needs a new block.
+        return seq_group.num_seqs(status=SequenceStatus.RUNNING) <= self.gpu_allocator.get_num_free_blocks()
+
+    def append_slots(self, seq: Sequence) -> None:
+        """Make room for the sequence's current length: at most one new block
+        (n=1 never shares a block, so no copy-on-write)."""
+        block_table = self.block_tables[seq.seq_id]
+        if len(block_table) < seq.n_blocks:
+            if len(block_table) != seq.n_blocks - 1:
+                raise AssertionError(
+                    f"sequence {seq.seq_id} needs {seq.n_blocks - len(block_table)} new blocks; v0 appends one")
+            block_table.append(self.gpu_allocator.allocate())
+
+    # -- swap ----------------------------------------------------------------
+    def _group_blocks(self, seq_group: SequenceGroup) -> list[PhysicalTokenBlock]:
+        blocks: list[PhysicalTokenBlock] = []
+        for seq in seq_group.get_seqs():
+            if not seq.is_finished():
+                blocks.extend(self.block_tables[seq.seq_id])
+        return blocks
+
+    def can_swap_in(self, seq_group: SequenceGroup) -> AllocStatus:
+        # Conservatively one extra block per sequence for the append that follows.
+        required = len(self._group_blocks(seq_group)) + seq_group.num_seqs(status=SequenceStatus.SWAPPED)
+        if self.gpu_allocator.get_num_total_blocks() < required:
+            return AllocStatus.NEVER
+        if self.gpu_allocator.get_num_free_blocks() - required >= self.watermark_blocks:
+            return AllocStatus.OK
+        return AllocStatus.LATER
+
+    def can_swap_out(self, seq_group: SequenceGroup) -> bool:
+        return len(self._group_blocks(seq_group)) <= self.cpu_allocator.get_num_free_blocks()
+
+    def _move(self, seq: Sequence, src: UncachedBlockAllocator,
+              dst: UncachedBlockAllocator) -> list[tuple[int, int]]:
+        mapping: list[tuple[int, int]] = []
+        new_table: BlockTable = []
+        for block in self.block_tables[seq.seq_id]:
+            to_block = dst.allocate()
+            new_table.append(to_block)
+            mapping.append((block.block_number, to_block.block_number))
+            src.free(block)
+        self.block_tables[seq.seq_id] = new_table
+        return mapping
+
+    def swap_in(self, seq_group: SequenceGroup) -> list[tuple[int, int]]:
+        """Returns (cpu block, gpu block) pairs."""
+        mapping: list[tuple[int, int]] = []
+        for seq in seq_group.get_seqs(status=SequenceStatus.SWAPPED):
+            mapping.extend(self._move(seq, self.cpu_allocator, self.gpu_allocator))
+        return mapping
+
+    def swap_out(self, seq_group: SequenceGroup) -> list[tuple[int, int]]:
+        """Returns (gpu block, cpu block) pairs."""
+        mapping: list[tuple[int, int]] = []
+        for seq in seq_group.get_seqs(status=SequenceStatus.RUNNING):
+            mapping.extend(self._move(seq, self.gpu_allocator, self.cpu_allocator))
+        return mapping
+
+    # -- free ----------------------------------------------------------------
+    def free(self, seq: Sequence) -> None:
+        block_table = self.block_tables.pop(seq.seq_id, None)
+        if block_table is None:  # already freed, or never scheduled
+            return
+        for block in block_table:
+            (self.gpu_allocator if block.device is Device.GPU else self.cpu_allocator).free(block)
+
+    def get_block_table(self, seq: Sequence) -> list[int]:
+        return [b.block_number for b in self.block_tables[seq.seq_id]]
+
+    def get_num_free_gpu_blocks(self) -> int:
+        return self.gpu_allocator.get_num_free_blocks()
+
+    def get_num_free_cpu_blocks(self) -> int:
+        return self.cpu_allocator.get_num_free_blocks()

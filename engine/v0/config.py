@@ -1,0 +1,90 @@
+"""Configuration of the legacy v0 scheduler, shaped like vLLM 0.5.3.post1's
+`SchedulerConfig` and `CacheConfig` (`vllm/config.py`).
+
+Only what the scheduler and its v1 block manager read. Validation happens once,
+here, with vLLM's own rules (e.g. without chunked prefill the token budget must
+cover `max_model_len`) and errors that name the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# vLLM 0.5.3's `_GB`: swap space is given in GiB.
+_GIB = 1 << 30
+
+# The v1 block manager's default watermark (`BlockSpaceManagerV1(watermark=0.01)`).
+DEFAULT_WATERMARK = 0.01
+
+
+def _require(cond: bool, field_name: str, value: object, allowed: str) -> None:
+    if not cond:
+        raise ValueError(f"{field_name}={value!r} is invalid; allowed: {allowed}")
+
+
+@dataclass
+class SchedulerConfig:
+    """`max_num_batched_tokens=None` takes vLLM's default: 512 with chunked
+    prefill, else `max(max_model_len, 2048)`. `preemption_mode`: None (auto:
+    RECOMPUTE for a one-sequence group, which is every group here), "swap" or
+    "recompute" (vLLM treats any other string as recompute; we reject it)."""
+
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int = 256
+    max_model_len: int = 2048
+    enable_chunked_prefill: bool = False
+    preemption_mode: str | None = None
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.max_num_seqs, int) and self.max_num_seqs >= 1,
+                 "max_num_seqs", self.max_num_seqs, "an integer >= 1")
+        _require(isinstance(self.max_model_len, int) and self.max_model_len >= 1,
+                 "max_model_len", self.max_model_len, "an integer >= 1")
+        _require(self.preemption_mode in (None, "swap", "recompute"), "preemption_mode",
+                 self.preemption_mode, "null (auto), 'swap' or 'recompute'")
+        if self.max_num_batched_tokens is None:
+            self.max_num_batched_tokens = 512 if self.enable_chunked_prefill else max(self.max_model_len, 2048)
+        _require(isinstance(self.max_num_batched_tokens, int) and self.max_num_batched_tokens >= 1,
+                 "max_num_batched_tokens", self.max_num_batched_tokens, "an integer >= 1 or null (vLLM's default)")
+        # vLLM's SchedulerConfig._verify_args, same two rules.
+        if self.max_num_batched_tokens < self.max_model_len and not self.enable_chunked_prefill:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than max_model_len "
+                f"({self.max_model_len}) with enable_chunked_prefill=false; allowed: max_num_batched_tokens >= "
+                "max_model_len, or enable chunked prefill (vLLM 0.5.3 rejects this configuration)")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
+                f"({self.max_num_seqs})")
+
+    @property
+    def chunked_prefill_enabled(self) -> bool:
+        return self.enable_chunked_prefill
+
+
+@dataclass
+class CacheConfig:
+    """The KV pools in blocks. `num_cpu_blocks` is the swap space (0 = none);
+    `num_cpu_blocks_for_swap_space` converts vLLM's `--swap-space` GiB."""
+
+    num_gpu_blocks: int
+    num_cpu_blocks: int = 0
+    block_size: int = 16
+    watermark: float = DEFAULT_WATERMARK
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.num_gpu_blocks, int) and self.num_gpu_blocks >= 1,
+                 "num_gpu_blocks", self.num_gpu_blocks, "an integer >= 1")
+        _require(isinstance(self.num_cpu_blocks, int) and self.num_cpu_blocks >= 0,
+                 "num_cpu_blocks", self.num_cpu_blocks, "an integer >= 0 (0 = no swap space)")
+        _require(isinstance(self.block_size, int) and self.block_size >= 1,
+                 "block_size", self.block_size, "an integer >= 1 (vLLM uses 8, 16 or 32)")
+        _require(0.0 <= self.watermark < 1.0, "watermark", self.watermark, "a fraction in [0, 1)")
+
+    @staticmethod
+    def num_cpu_blocks_for_swap_space(swap_space_gib: float, cache_block_bytes: int) -> int:
+        """vLLM: `int(swap_space_bytes // cache_block_size)`, where one block holds
+        `block_size` tokens' K and V over all layers."""
+        _require(swap_space_gib >= 0, "swap_space", swap_space_gib, "GiB >= 0")
+        _require(cache_block_bytes >= 1, "cache_block_bytes", cache_block_bytes, "bytes >= 1")
+        return int((swap_space_gib * _GIB) // cache_block_bytes)

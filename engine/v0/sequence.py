@@ -1,0 +1,172 @@
+"""`Sequence` and `SequenceGroup` as vLLM 0.5.3.post1's v0 scheduler sees them
+(`vllm/sequence.py`).
+
+Only n=1 is modelled: a group holds exactly one sequence (no beam search, no
+best_of forking), which is what every request of the simulator is. Tokens are
+kept as ids because stop checks read them; the prompt may be a range of ids.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import Sequence as Seq
+
+from engine.request import SamplingParams
+
+
+class SequenceStatus(enum.IntEnum):
+    """vLLM 0.5.3's values: everything above SWAPPED is finished."""
+
+    WAITING = 0
+    RUNNING = 1
+    SWAPPED = 2
+    FINISHED_STOPPED = 3
+    FINISHED_LENGTH_CAPPED = 4
+    FINISHED_ABORTED = 5
+    FINISHED_IGNORED = 6
+
+    @staticmethod
+    def is_finished(status: "SequenceStatus") -> bool:
+        return status > SequenceStatus.SWAPPED
+
+    @staticmethod
+    def get_finished_reason(status: "SequenceStatus") -> str | None:
+        # An ignored prompt exceeded a length limit, so OpenAI's "length".
+        return {
+            SequenceStatus.FINISHED_STOPPED: "stop",
+            SequenceStatus.FINISHED_LENGTH_CAPPED: "length",
+            SequenceStatus.FINISHED_ABORTED: "abort",
+            SequenceStatus.FINISHED_IGNORED: "length",
+        }.get(status)
+
+
+class SequenceStage(enum.Enum):
+    PREFILL = enum.auto()
+    DECODE = enum.auto()
+
+
+class Sequence:
+    """One token sequence with its computed-token cursor (`SequenceData` folded in)."""
+
+    def __init__(self, seq_id: int, prompt_token_ids: Seq[int], block_size: int,
+                 eos_token_id: int | None = None) -> None:
+        if len(prompt_token_ids) == 0:
+            raise ValueError(f"sequence {seq_id}: the prompt must hold at least one token")
+        self.seq_id = seq_id
+        self.prompt_token_ids = prompt_token_ids
+        self.output_token_ids: list[int] = []
+        self.block_size = block_size
+        self.eos_token_id = eos_token_id
+        self.status = SequenceStatus.WAITING
+        self.stop_reason: int | None = None
+        self._num_computed_tokens = 0
+        self._stage = SequenceStage.PREFILL
+
+    # -- lengths -------------------------------------------------------------
+    def get_len(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    def get_prompt_len(self) -> int:
+        return len(self.prompt_token_ids)
+
+    def get_output_len(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def n_blocks(self) -> int:
+        """Logical blocks the whole sequence (prompt + outputs) occupies."""
+        return math.ceil(self.get_len() / self.block_size)
+
+    def get_last_token_id(self) -> int:
+        return self.output_token_ids[-1] if self.output_token_ids else self.prompt_token_ids[-1]
+
+    def append_token_id(self, token_id: int) -> None:
+        self.output_token_ids.append(token_id)
+
+    # -- computed-token cursor -----------------------------------------------
+    def get_num_computed_tokens(self) -> int:
+        return self._num_computed_tokens
+
+    def get_num_uncomputed_tokens(self) -> int:
+        # get_len, not the prompt length: a recomputed victim prefills its outputs too.
+        return self.get_len() - self._num_computed_tokens
+
+    def update_num_computed_tokens(self, num_new_computed_tokens: int) -> None:
+        self._num_computed_tokens += num_new_computed_tokens
+        if self._num_computed_tokens > self.get_len():
+            raise AssertionError(
+                f"sequence {self.seq_id}: computed {self._num_computed_tokens} > length {self.get_len()}")
+        if self.get_num_uncomputed_tokens() == 0:
+            self._stage = SequenceStage.DECODE
+
+    def reset_state_for_recompute(self) -> None:
+        self._num_computed_tokens = 0
+        self._stage = SequenceStage.PREFILL
+
+    def get_num_new_tokens(self) -> int:
+        """1 for a decode, else the tokens still to prefill."""
+        if self._stage == SequenceStage.DECODE:
+            return 1
+        return self.get_num_uncomputed_tokens()
+
+    def is_prefill(self) -> bool:
+        return self._stage == SequenceStage.PREFILL
+
+    def is_finished(self) -> bool:
+        return SequenceStatus.is_finished(self.status)
+
+    def __repr__(self) -> str:
+        return (f"Sequence(seq_id={self.seq_id}, status={self.status.name}, "
+                f"num_blocks={self.n_blocks}, len={self.get_len()})")
+
+
+class SequenceGroup:
+    """A request: one sequence (n=1), its sampling parameters and timings."""
+
+    def __init__(self, request_id: str, seq: Sequence, arrival_time: float,
+                 sampling_params: SamplingParams) -> None:
+        self.request_id = request_id
+        self.seqs = [seq]
+        self.arrival_time = arrival_time
+        self.sampling_params = sampling_params
+        self.first_scheduled_time: float | None = None
+        self.first_token_time: float | None = None
+        self.finished_time: float | None = None
+
+    @property
+    def seq(self) -> Sequence:
+        return self.seqs[0]
+
+    def get_seqs(self, status: SequenceStatus | None = None) -> list[Sequence]:
+        if status is None:
+            return list(self.seqs)
+        return [s for s in self.seqs if s.status == status]
+
+    def num_seqs(self, status: SequenceStatus | None = None) -> int:
+        return len(self.get_seqs(status))
+
+    def get_max_num_running_seqs(self) -> int:
+        # n=1, best_of=1: the number of unfinished sequences (vLLM's non-beam branch).
+        return sum(1 for s in self.seqs if not s.is_finished())
+
+    def update_num_computed_tokens(self, num_new_computed_tokens: int) -> None:
+        for s in self.seqs:
+            if not s.is_finished():
+                s.update_num_computed_tokens(num_new_computed_tokens)
+
+    def get_num_uncomputed_tokens(self) -> int:
+        return sum(s.get_num_uncomputed_tokens() for s in self.seqs if not s.is_finished())
+
+    def is_finished(self) -> bool:
+        return all(s.is_finished() for s in self.seqs)
+
+    def is_prefill(self) -> bool:
+        return self.seqs[0].is_prefill()
+
+    def maybe_set_first_scheduled_time(self, now: float) -> None:
+        if self.first_scheduled_time is None:
+            self.first_scheduled_time = now
+
+    def __repr__(self) -> str:
+        return f"SequenceGroup(request_id={self.request_id!r}, num_seqs={len(self.seqs)})"
