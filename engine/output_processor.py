@@ -76,6 +76,7 @@ class OutputProcessorMixin:
                     finish_reason=finish_reason,
                     stop_reason=request.stop_reason,
                     kv_transfer_params=kv_transfer_params,
+                    num_preemptions=request.num_preemptions if stopped else 0,
                 )
             )
 

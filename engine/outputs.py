@@ -39,6 +39,9 @@ class SchedulerOutput:
     # per-scheduler step number (empty steps included) for traces.
     sched_step_seq: int = 0
     step_index: int = 0
+    # Requests whose chunk leaves their prompt unfinished: the worker samples
+    # nothing for them (vLLM's runner derives this from its own token counts).
+    partial_prefill_req_ids: set[str] = field(default_factory=set)
 
     @classmethod
     def make_empty(cls) -> "SchedulerOutput":
@@ -76,6 +79,8 @@ class EngineCoreOutput:
     stop_reason: int | str | None = None
     kv_transfer_params: dict[str, Any] | None = None
     num_cached_tokens: int = 0
+    # Simulator extra, set on the finishing output: how often it was preempted.
+    num_preemptions: int = 0
 
     @property
     def finished(self) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 
 class RequestStatus(enum.IntEnum):
@@ -65,18 +65,20 @@ class Request:
     def __init__(
         self,
         request_id: str,
-        prompt_token_ids: list[int],
+        prompt_token_ids: "Sequence[int]",
         sampling_params: SamplingParams,
         eos_token_id: int | None = None,
         arrival_time: float = 0.0,
         priority: int = 0,
         kv_transfer_params: dict[str, Any] | None = None,
     ) -> None:
-        if not prompt_token_ids:
+        if len(prompt_token_ids) == 0:
             raise ValueError(f"request {request_id!r}: the prompt must hold at least one token")
         self.request_id = request_id
-        self.prompt_token_ids = list(prompt_token_ids)
-        self.num_prompt_tokens = len(self.prompt_token_ids)
+        # Kept by reference (any sequence, e.g. a range): simulated prompts are
+        # never read token by token, and 10k long prompts should cost nothing.
+        self.prompt_token_ids = prompt_token_ids
+        self.num_prompt_tokens = len(prompt_token_ids)
         self.sampling_params = sampling_params
         self.max_tokens = sampling_params.max_tokens
         # vLLM: ignore_eos leaves eos_token_id unset for the stop check.
@@ -88,7 +90,7 @@ class Request:
         self.status = RequestStatus.WAITING
         self.stop_reason: int | str | None = None
         self._output_token_ids: list[int] = []
-        self._all_token_ids: list[int] = list(self.prompt_token_ids)
+        self.num_tokens = self.num_prompt_tokens
         self.spec_token_ids: list[int] = []
         self.num_computed_tokens = 0
         self.num_preemptions = 0
@@ -111,15 +113,11 @@ class Request:
 
     @property
     def all_token_ids(self) -> list[int]:
-        return self._all_token_ids
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self._all_token_ids)
+        return list(self.prompt_token_ids) + self._output_token_ids
 
     @property
     def num_tokens_with_spec(self) -> int:
-        return len(self._all_token_ids) + len(self.spec_token_ids)
+        return self.num_tokens + len(self.spec_token_ids)
 
     @property
     def num_output_tokens(self) -> int:
@@ -129,13 +127,13 @@ class Request:
         if isinstance(token_ids, int):
             token_ids = [token_ids]
         self._output_token_ids.extend(token_ids)
-        self._all_token_ids.extend(token_ids)
+        self.num_tokens += len(token_ids)
 
     def trim_output_tokens(self, n: int) -> None:
         """Drop the last `n` output tokens (those sampled after a stop)."""
         if n > 0:
             del self._output_token_ids[-n:]
-            del self._all_token_ids[-n:]
+            self.num_tokens -= n
 
     def is_finished(self) -> bool:
         return RequestStatus.is_finished(self.status)

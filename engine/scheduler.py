@@ -470,7 +470,9 @@ class Scheduler(OutputProcessorMixin):
             request.is_prefill_chunk = request.num_computed_tokens < (
                 request.num_tokens + request.num_output_placeholders
             )
-            if not request.is_prefill_chunk:
+            if request.is_prefill_chunk:
+                scheduler_output.partial_prefill_req_ids.add(req_id)
+            else:
                 self._inflight_prefills.discard(request)
         self.finished_req_ids = set()
         self.reset_preempted_req_ids = set()

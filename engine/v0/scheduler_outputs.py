@@ -71,8 +71,9 @@ class ScheduledSequenceGroup:
 class SchedulerOutputs:
     """What one `schedule()` decided. Prefill groups come first in
     `scheduled_seq_groups`; `preempted` counts recomputed plus swapped-out groups.
-    `preempted_seq_groups` / `swapped_out_seq_groups` are simulator extras
-    (which groups, in victim order) for traces and the starvation counters."""
+    `preempted_seq_groups` / `swapped_out_seq_groups` (in victim order) and
+    `swapped_in_seq_groups` are simulator extras for traces, the v1-shaped
+    adapter and the starvation counters."""
 
     scheduled_seq_groups: list[ScheduledSequenceGroup]
     num_prefill_groups: int
@@ -86,6 +87,7 @@ class SchedulerOutputs:
     preempted: int
     preempted_seq_groups: list[SequenceGroup] = field(default_factory=list)
     swapped_out_seq_groups: list[SequenceGroup] = field(default_factory=list)
+    swapped_in_seq_groups: list[SequenceGroup] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # vLLM asserts this too: a pass never swaps in and out at once.

@@ -1,0 +1,61 @@
+"""Invariants checked after every run: blocks conserved and all returned,
+no double free, every request terminal, every token delivered once, in
+order, with no gaps (tokens are deterministic per position, so the client
+can check each one)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .run_result import RunResult
+
+
+def check_tokens(rec, token_at, eos_token_id: int) -> list[str]:
+    errors = []
+    if len(rec.token_times) != len(rec.output_token_ids):
+        errors.append(f"{rec.request_id}: {len(rec.output_token_ids)} tokens but {len(rec.token_times)} arrival times")
+    for i, tok in enumerate(rec.output_token_ids):
+        want = token_at(rec.request_id, rec.prompt_len + i)
+        if tok != want:
+            errors.append(f"{rec.request_id}: token {i} is {tok}, expected {want} (gap, duplicate or reorder)")
+            break
+    if any(b < a for a, b in zip(rec.token_times, rec.token_times[1:])):
+        errors.append(f"{rec.request_id}: tokens arrived out of order")
+    if rec.finish_reason == "length" and len(rec.output_token_ids) != rec.max_tokens:
+        errors.append(f"{rec.request_id}: finished by length with {len(rec.output_token_ids)} of {rec.max_tokens} tokens")
+    if rec.finish_reason == "stop" and (not rec.output_token_ids or rec.output_token_ids[-1] != eos_token_id):
+        errors.append(f"{rec.request_id}: finished by stop without a stop token last")
+    return errors
+
+
+def check_run(cluster, result: "RunResult") -> list[str]:
+    errors: list[str] = []
+    sampler = next(iter(cluster.nodes.values())).core.sampler
+    for rec in result.requests:
+        if rec.finish_reason is None:
+            errors.append(f"{rec.request_id}: not in a terminal state at the end of the run")
+            continue
+        if rec.finish_reason in ("stop", "length"):
+            errors.extend(check_tokens(rec, sampler.token_at, sampler.eos_token_id))
+    released = {r.request_id for r in result.requests}
+    for req_id in cluster._workload:
+        if req_id not in released:
+            errors.append(f"{req_id}: never released by the load driver")
+    for name, node in cluster.nodes.items():
+        if not node.alive:
+            continue
+        core = node.core
+        try:
+            core.check_block_conservation()
+        except AssertionError as e:
+            errors.append(str(e))
+        s = core.scheduler
+        if s.requests:
+            errors.append(f"{name}: {len(s.requests)} request(s) still held at the end: {sorted(s.requests)[:5]}")
+        if s.deferred_frees:
+            errors.append(f"{name}: {sum(len(b) for _, b in s.deferred_frees)} block(s) still deferred at the end")
+        pool = s.kv_cache_manager.block_pool
+        if not s.requests and pool.get_num_free_blocks() != pool.num_gpu_blocks - 1:
+            errors.append(f"{name}: block pool not fully free at the end ({pool.get_num_free_blocks()} of {pool.num_gpu_blocks - 1})")
+    return errors

@@ -1,0 +1,155 @@
+"""The topology both runtimes build: node groups with engine settings, links
+and their impairments, the cost model, routing. Validated once (pydantic),
+with errors that name the field and the allowed values."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from connector.link import LinkSpec
+from engine.config import CacheConfig, SchedulerConfig
+from engine.cost_model import COST_MODELS, CostModel, get_cost_model
+from engine.node_core import NodeSpec
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EngineSettings(_Strict):
+    engine: Literal["v1", "v0"] = "v1"
+    num_gpu_blocks: int = Field(1024, ge=2)
+    block_size: int = Field(16, ge=1)
+    max_num_seqs: int = Field(128, ge=1)
+    max_num_batched_tokens: int = Field(8192, ge=1)
+    max_model_len: int = Field(8192, ge=1)
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = Field(0, ge=0)
+    policy: Literal["fcfs", "priority"] = "fcfs"
+    async_scheduling: bool = False
+    preemption_guard: Literal["fixed", "prefix"] = "fixed"
+    # "auto" = vLLM's gate; "on"/"off" force it.
+    fence: Literal["auto", "on", "off"] = "auto"
+    watermark: float = Field(0.0, ge=0.0, lt=1.0)
+    scheduler_reserve_full_isl: bool = True
+    kv_load_failure_policy: Literal["recompute", "fail"] = "recompute"
+    # v0 only: CPU swap space in blocks and the preemption mode.
+    num_cpu_blocks: int = Field(0, ge=0)
+    preemption_mode: Literal["auto", "recompute", "swap"] = "auto"
+
+    def scheduler_config(self) -> SchedulerConfig:
+        return SchedulerConfig(
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_model_len=self.max_model_len,
+            enable_chunked_prefill=self.enable_chunked_prefill,
+            long_prefill_token_threshold=self.long_prefill_token_threshold,
+            policy=self.policy,
+            async_scheduling=self.async_scheduling,
+            scheduler_reserve_full_isl=self.scheduler_reserve_full_isl,
+            watermark=self.watermark,
+            preemption_guard=self.preemption_guard,
+            defer_block_free={"auto": None, "on": True, "off": False}[self.fence],
+        )
+
+
+class NodeGroup(_Strict):
+    count: int = Field(1, ge=0)
+    pp_size: int = Field(1, ge=1)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+
+
+class LinkSettings(_Strict):
+    delay_ms: float = Field(0.0, ge=0)
+    jitter_ms: float = Field(0.0, ge=0)
+    jitter_distribution: Literal["normal", "uniform"] = "normal"
+    bandwidth_MBps: float | None = Field(None, gt=0)
+    loss: float = Field(0.0, ge=0, lt=1)
+    outages: list[tuple[float, float]] = Field(default_factory=list)
+
+    def to_spec(self) -> LinkSpec:
+        return LinkSpec(
+            delay_ms=self.delay_ms,
+            jitter_ms=self.jitter_ms,
+            jitter_distribution=self.jitter_distribution,
+            bandwidth_MBps=self.bandwidth_MBps,
+            loss=self.loss,
+            outages=tuple(self.outages),
+        )
+
+
+class LinksSpec(_Strict):
+    proxy: LinkSettings = Field(default_factory=LinkSettings)
+    kv: LinkSettings = Field(default_factory=LinkSettings)
+    stage: LinkSettings = Field(default_factory=LinkSettings)
+
+
+class SamplerSettings(_Strict):
+    seed: int = 0
+    stop_probability: float = Field(0.0, ge=0.0, le=1.0)
+
+
+class ClusterSpec(_Strict):
+    prefill: NodeGroup = Field(default_factory=lambda: NodeGroup(count=1, engine=EngineSettings()))
+    decode: NodeGroup = Field(default_factory=NodeGroup)
+    links: LinksSpec = Field(default_factory=LinksSpec)
+    cost_model: str | dict = "synthetic-8b"
+    routing: Literal["round_robin", "least_loaded"] = "round_robin"
+    sampler: SamplerSettings = Field(default_factory=SamplerSettings)
+    shadow_kv: bool = True
+    # KV payload per token (bytes): small by default; 131072 B is an 8B-class
+    # model in fp16 (2 x 32 layers x 8 KV heads x 128 dims x 2 bytes).
+    bytes_per_token: int = Field(64, ge=1)
+    kv_pull_timeout_s: float = Field(2.0, gt=0)
+    kv_pull_deadline_s: float = Field(10.0, gt=0)
+
+    @field_validator("cost_model")
+    @classmethod
+    def _known_cost_model(cls, v):
+        get_cost_model(v)  # raises with the allowed names
+        return v
+
+    @field_validator("decode")
+    @classmethod
+    def _at_least_one_decode(cls, v: NodeGroup) -> NodeGroup:
+        if v.count < 1:
+            raise ValueError(f"decode.count={v.count} is invalid; allowed: >= 1 (decode nodes serve every request)")
+        return v
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.prefill.count > 0
+
+    def cost(self) -> CostModel:
+        return get_cost_model(self.cost_model)
+
+    def node_specs(self) -> list[tuple[str, NodeSpec, NodeGroup]]:
+        """(role, spec, group) for every node: prefill-0.., decode-0.."""
+        out = []
+        disagg = self.disaggregated
+        for role, group, kv_role in (("prefill", self.prefill, "kv_producer"), ("decode", self.decode, "kv_consumer")):
+            for i in range(group.count):
+                e = group.engine
+                out.append(
+                    (
+                        role,
+                        NodeSpec(
+                            name=f"{role}-{i}",
+                            kv_role=kv_role if disagg else None,
+                            scheduler=e.scheduler_config(),
+                            cache=CacheConfig(e.num_gpu_blocks, e.block_size),
+                            pipeline_parallel_size=group.pp_size,
+                            kv_load_failure_policy=e.kv_load_failure_policy,
+                            sampler_seed=self.sampler.seed,
+                            stop_probability=self.sampler.stop_probability,
+                            shadow_kv=self.shadow_kv,
+                        ),
+                        group,
+                    )
+                )
+        return out
+
+
+__all__ = ["ClusterSpec", "NodeGroup", "EngineSettings", "LinkSettings", "LinksSpec", "SamplerSettings", "COST_MODELS"]

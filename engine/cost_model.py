@@ -1,0 +1,102 @@
+"""Step time from the batch shape: a small linear model.
+
+    duration = base_ms + prefill_ms_per_token * prefill_tokens
+             + decode_ms_per_token * decode_tokens
+             + context_ms_per_ktoken * total_context_tokens / 1000
+
+Coefficient sets are named and selectable. Every built-in set is SYNTHETIC:
+chosen to be of the order reported for an 8B-class model on one modern
+datacenter GPU (a decode step of a few tens of ms at batch 64-128, prefill at
+several thousand tokens/s), not fitted to any measurement. Users who have
+measurements supply their own set (`CostModel.from_dict`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .outputs import SchedulerOutput
+
+
+@dataclass(frozen=True)
+class StepShape:
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    context_tokens: int = 0
+    batch_size: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prefill_tokens + self.decode_tokens
+
+
+@dataclass(frozen=True)
+class CostModel:
+    name: str
+    base_ms: float
+    prefill_ms_per_token: float
+    decode_ms_per_token: float
+    context_ms_per_ktoken: float
+
+    def __post_init__(self) -> None:
+        for field_name in ("base_ms", "prefill_ms_per_token", "decode_ms_per_token", "context_ms_per_ktoken"):
+            value = getattr(self, field_name)
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"cost model {self.name!r}: {field_name}={value!r} is invalid; allowed: a number >= 0")
+
+    def step_time(self, shape: StepShape) -> float:
+        """Seconds for one step of this shape; an empty step costs nothing."""
+        if shape.total_tokens == 0:
+            return 0.0
+        ms = (
+            self.base_ms
+            + self.prefill_ms_per_token * shape.prefill_tokens
+            + self.decode_ms_per_token * shape.decode_tokens
+            + self.context_ms_per_ktoken * shape.context_tokens / 1000.0
+        )
+        return ms / 1000.0
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CostModel":
+        allowed = {"name", "base_ms", "prefill_ms_per_token", "decode_ms_per_token", "context_ms_per_ktoken"}
+        unknown = set(data) - allowed
+        if unknown:
+            raise ValueError(f"cost model: unknown field(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+        return cls(**{"name": "custom", **data})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+COST_MODELS: dict[str, CostModel] = {
+    # Synthetic: ~8 ms fixed cost, ~0.15 ms per prefill token (~6.7k tok/s),
+    # ~0.1 ms per decode sequence, ~0.02 ms per 1k tokens of attended context.
+    "synthetic-8b": CostModel("synthetic-8b", 8.0, 0.15, 0.1, 0.02),
+    # Synthetic, a larger model: everything ~4.5x slower.
+    "synthetic-70b": CostModel("synthetic-70b", 30.0, 0.7, 0.4, 0.09),
+    # Synthetic unit model for tests: 1 ms per step + 0.01 ms per token.
+    "unit": CostModel("unit", 1.0, 0.01, 0.01, 0.0),
+}
+
+
+def get_cost_model(name_or_dict: str | dict | CostModel) -> CostModel:
+    if isinstance(name_or_dict, CostModel):
+        return name_or_dict
+    if isinstance(name_or_dict, dict):
+        return CostModel.from_dict(name_or_dict)
+    try:
+        return COST_MODELS[name_or_dict]
+    except KeyError:
+        raise ValueError(f"cost_model={name_or_dict!r} is unknown; allowed: {sorted(COST_MODELS)} or a dict of coefficients") from None
+
+
+def shape_of(scheduler_output: SchedulerOutput, prompt_lens: dict[str, int], computed_before: dict[str, int]) -> StepShape:
+    prefill = decode = context = 0
+    for req_id, n in scheduler_output.num_scheduled_tokens.items():
+        start = computed_before[req_id]
+        if start < prompt_lens[req_id]:
+            prefill += n
+        else:
+            decode += n
+        context += start + n
+    return StepShape(prefill, decode, context, len(scheduler_output.num_scheduled_tokens))

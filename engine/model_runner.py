@@ -1,0 +1,106 @@
+"""The worker side of one node without a model: it keeps the per-request
+block tables the way vLLM's runner does (from `SchedulerOutput` deltas),
+gives each step its shape for the cost model, performs the shadow KV reads
+and writes when the step completes, and samples deterministic tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .cost_model import StepShape
+from .outputs import KVConnectorOutput, ModelRunnerOutput, SchedulerOutput
+from .sampler import DeterministicSampler
+from .shadow_kv import ShadowKVStore
+
+
+@dataclass
+class _ReqState:
+    prompt_len: int
+    block_ids: list[int]
+
+
+@dataclass
+class StepPlan:
+    """A submitted step as the worker saw it when it was scheduled."""
+
+    scheduler_output: SchedulerOutput
+    shape: StepShape
+    # (request id, block table at submit time, computed_before, n, samples)
+    entries: list[tuple[str, list[int], int, int, bool]] = field(default_factory=list)
+
+
+class SimModelRunner:
+    def __init__(self, sampler: DeterministicSampler, shadow: ShadowKVStore | None = None) -> None:
+        self.sampler = sampler
+        self.shadow = shadow
+        self.requests: dict[str, _ReqState] = {}
+
+    def begin_step(self, so: SchedulerOutput) -> StepPlan:
+        reqs = self.requests
+        shadow = self.shadow
+        # Preempted requests keep their state (vLLM's runner does too): they
+        # come back as resumed requests with a fresh block table.
+        for req_id in so.finished_req_ids:
+            reqs.pop(req_id, None)
+        computed_before: dict[str, int] = {}
+        for new in so.scheduled_new_reqs:
+            reqs[new.req_id] = _ReqState(new.prompt_len, list(new.block_ids))
+            computed_before[new.req_id] = new.num_computed_tokens
+            if shadow is not None:
+                shadow.assign(new.block_ids, new.req_id)
+        cached = so.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            state = reqs[req_id]
+            new_ids = cached.new_block_ids[i]
+            if req_id in cached.resumed_req_ids:
+                # Resumed after preemption: a fresh block table.
+                state.block_ids = list(new_ids or [])
+                if shadow is not None:
+                    shadow.assign(state.block_ids, req_id)
+            elif new_ids:
+                state.block_ids.extend(new_ids)
+                if shadow is not None:
+                    shadow.assign(new_ids, req_id)
+            computed_before[req_id] = cached.num_computed_tokens[i]
+
+        prefill = decode = context = 0
+        partial = so.partial_prefill_req_ids
+        plan = StepPlan(so, StepShape())
+        entries = plan.entries
+        for req_id, n in so.num_scheduled_tokens.items():
+            state = reqs[req_id]
+            start = computed_before[req_id]
+            if start < state.prompt_len:
+                prefill += n
+            else:
+                decode += n
+            context += start + n
+            entries.append((req_id, state.block_ids, start, n, req_id not in partial))
+        plan.shape = StepShape(prefill, decode, context, len(entries))
+        return plan
+
+    def register_load(self, request_id: str, block_ids: list[int]) -> None:
+        """The target blocks of a KV load belong to `request_id` from now on."""
+        if self.shadow is not None:
+            self.shadow.assign(block_ids, request_id)
+
+    def finish_step(
+        self, plan: StepPlan, now: float, kv_connector_output: KVConnectorOutput | None = None
+    ) -> ModelRunnerOutput:
+        shadow = self.shadow
+        token_at = self.sampler.token_at
+        req_ids: list[str] = []
+        sampled: list[list[int]] = []
+        for req_id, table, start, n, samples in plan.entries:
+            if shadow is not None:
+                if start:
+                    shadow.read(req_id, table, start, now)
+                shadow.write(req_id, table, start, start + n, now)
+            req_ids.append(req_id)
+            sampled.append([token_at(req_id, start + n)] if samples else [])
+        return ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={r: i for i, r in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+            kv_connector_output=kv_connector_output,
+        )

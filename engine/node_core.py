@@ -1,0 +1,127 @@
+"""One serving node as a plain object: scheduler + connector (scheduler side)
++ engine loop + model runner + the worker side's KV completion sets. Both
+runtimes drive this same class; only time and transport differ."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .config import CacheConfig, KVTransferConfig, ParallelConfig, SchedulerConfig, VllmConfig
+from .engine_core import EngineCore
+from .kv_connector.pd_connector import PDConnector
+from .model_runner import SimModelRunner
+from .outputs import KVConnectorOutput
+from .sampler import DeterministicSampler
+from .scheduler import create_scheduler_for
+from .shadow_kv import ShadowKVStore
+
+
+@dataclass
+class NodeSpec:
+    """Everything that defines a node; validated by the engine configs."""
+
+    name: str
+    kv_role: str | None  # "kv_producer" | "kv_consumer" | "kv_both" | None
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    pipeline_parallel_size: int = 1
+    kv_load_failure_policy: str = "recompute"
+    sampler_seed: int = 0
+    stop_probability: float = 0.0
+    shadow_kv: bool = True
+    address: str = ""
+
+    def vllm_config(self) -> VllmConfig:
+        return VllmConfig(
+            scheduler_config=self.scheduler,
+            cache_config=self.cache,
+            parallel_config=ParallelConfig(self.pipeline_parallel_size),
+            kv_transfer_config=(
+                KVTransferConfig(self.kv_role, self.kv_load_failure_policy, engine_id=self.name)
+                if self.kv_role
+                else None
+            ),
+        )
+
+
+class NodeCore:
+    def __init__(self, spec: NodeSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.vllm_config = spec.vllm_config()
+        ktc = self.vllm_config.kv_transfer_config
+        self.connector = PDConnector(ktc, engine_address=spec.address) if ktc else None
+        self.scheduler = create_scheduler_for(self.vllm_config, self.connector)
+        self.sampler = DeterministicSampler(spec.sampler_seed, spec.stop_probability)
+        self.shadow = ShadowKVStore(spec.cache.num_gpu_blocks, spec.cache.block_size) if spec.shadow_kv else None
+        self.runner = SimModelRunner(self.sampler, self.shadow)
+        self.engine = EngineCore(
+            spec.name,
+            self.scheduler,
+            self.runner,
+            self.vllm_config.max_concurrent_batches,
+            worker_has_output=self.has_worker_output,
+        )
+        # Worker-side completion sets, reported with the next finished step.
+        self._finished_sending: set[str] = set()
+        self._finished_recving: set[str] = set()
+        self._failed_recving: set[str] = set()
+
+    # -- worker-side KV completions ------------------------------------------
+    def has_worker_output(self) -> bool:
+        return bool(self._finished_sending or self._finished_recving or self._failed_recving)
+
+    def mark_finished_sending(self, request_id: str) -> None:
+        self._finished_sending.add(request_id)
+
+    def mark_finished_recving(self, request_id: str, ok: bool = True) -> None:
+        self._finished_recving.add(request_id)
+        if not ok:
+            self._failed_recving.add(request_id)
+
+    def take_connector_output(self) -> KVConnectorOutput | None:
+        if not self.has_worker_output():
+            return None
+        out = KVConnectorOutput(
+            finished_sending=self._finished_sending or None,
+            finished_recving=self._finished_recving or None,
+            failed_recving=self._failed_recving or None,
+        )
+        self._finished_sending, self._finished_recving, self._failed_recving = set(), set(), set()
+        return out
+
+    # -- producer side: what a pull reads -------------------------------------
+    def blocks_for_pull(self, request_id: str, block_ids: list[int], num_tokens: int, now: float) -> bool:
+        """The producer reads the blocks it serves; False if they no longer
+        hold this request's KV (they were reused before the pull)."""
+        if self.shadow is None:
+            return True
+        return self.shadow.read(request_id, block_ids, num_tokens, now)
+
+    # -- consumer side: a pull landed ----------------------------------------
+    def write_pulled_blocks(self, request_id: str, block_ids: list[int], num_tokens: int, now: float) -> None:
+        if self.shadow is not None:
+            self.shadow.write(request_id, block_ids, 0, num_tokens, now)
+
+    # -- reporting -------------------------------------------------------------
+    def counters(self) -> dict:
+        c = dict(self.scheduler.get_counters())
+        c["kv_corruptions_detected"] = self.shadow.num_corruptions if self.shadow else 0
+        if self.shadow is not None:
+            c.update({f"shadow_{k}": v for k, v in self.shadow.summary().items()})
+        return c
+
+    def check_block_conservation(self) -> None:
+        pool = self.scheduler.kv_cache_manager.block_pool
+        kvm = self.scheduler.kv_cache_manager
+        free = pool.get_num_free_blocks()
+        used = sum(len(b) for b in kvm.req_to_blocks.values())
+        deferred = sum(len(b) for _, b in self.scheduler.deferred_frees)
+        total = pool.num_gpu_blocks - 1
+        if free + used + deferred != total:
+            raise AssertionError(
+                f"{self.name}: block conservation broken: free {free} + used {used} + deferred {deferred} != {total}"
+            )
+        ids = [b.block_id for b in pool.free_block_queue]
+        if len(ids) != len(set(ids)):
+            raise AssertionError(f"{self.name}: a block is in the free queue twice (double free)")
