@@ -1,0 +1,374 @@
+"""Compare variants across repeats, and check thresholds written as small expressions.
+
+Table: for every metric, each variant's mean ± sample std over its repeats,
+and for non-baseline variants the paired ratio against the baseline (repeat
+r of the variant divided by repeat r of the baseline, averaged over the
+repeats both have).
+
+Threshold language (parsed by hand, never eval'd):
+
+    threshold  := sum CMP sum              CMP: == != <= >= < >
+    sum        := product (("+" | "-") product)*
+    product    := unary (("*" | "/") unary)*
+    unary      := "-" unary | atom
+    atom       := NUMBER | ref | AGG "(" ref ")" | "(" sum ")"
+    ref        := METRIC "[" VARIANT "]"   AGG: mean min max median std
+
+`metric[variant]` is the mean over that variant's repeats; wrap it in an
+aggregate to pick another (`max(num_zero_progress_preemptions[fixed]) == 0`).
+Division follows IEEE: x/0 is +-inf (so "a / b >= 10" passes when b is 0 and
+a is not) and 0/0 is NaN, which fails every comparison.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from bench.results import ResultsError, is_number, load_results
+
+DEFAULT_TABLE_METRICS = (
+    "completed", "failed", "duration", "request_throughput", "output_throughput",
+    "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
+    "mean_e2el_ms", "p99_e2el_ms", "max_concurrent_requests",
+    "num_preemptions", "num_zero_progress_preemptions", "num_allocate_slots_calls",
+    "deferred_free_blocks_peak", "num_blocks_freed_by_drain", "kv_corruptions_detected",
+    "mean_kv_usage", "max_kv_usage",
+)
+AGGREGATES = {
+    "mean": lambda xs: float(np.mean(xs)),
+    "min": lambda xs: float(np.min(xs)),
+    "max": lambda xs: float(np.max(xs)),
+    "median": lambda xs: float(np.median(xs)),
+    "std": lambda xs: _sample_std(xs),
+}
+COMPARATORS = {
+    "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<=": lambda a, b: a <= b,
+    ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b,
+}
+
+
+class ThresholdError(ValueError):
+    pass
+
+
+def _sample_std(xs: Sequence[float]) -> float:
+    return float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
+
+
+# ---- grouping ------------------------------------------------------------------------------------
+
+
+def group_by_variant(results: Sequence[dict]) -> dict[str, dict[int, dict]]:
+    """variant -> repeat -> result, in first-seen variant order; duplicates are an error."""
+    groups: dict[str, dict[int, dict]] = {}
+    for r in results:
+        runs = groups.setdefault(r["variant"], {})
+        if r["repeat"] in runs:
+            raise ResultsError(f"two results for variant {r['variant']!r} repeat {r['repeat']}")
+        runs[r["repeat"]] = r
+    return groups
+
+
+def metric_values(groups: dict[str, dict[int, dict]], metric: str, variant: str) -> dict[int, float]:
+    if variant not in groups:
+        raise ThresholdError(f"unknown variant {variant!r}; known: {', '.join(groups)}")
+    runs = groups[variant]
+    missing = [rep for rep, r in runs.items() if not is_number(r.get(metric))]
+    if missing:
+        known = sorted({k for r in runs.values() for k, v in r.items() if is_number(v)})
+        hint = difflib.get_close_matches(metric, known, n=3)
+        hint_txt = f"; did you mean {', '.join(hint)}?" if hint else ""
+        raise ThresholdError(f"unknown metric {metric!r} for variant {variant!r}{hint_txt}")
+    return {rep: float(r[metric]) for rep, r in sorted(runs.items())}
+
+
+# ---- threshold parsing ---------------------------------------------------------------------------
+
+_TOKEN = re.compile(
+    r"\s*(?:(?P<num>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)"
+    r"|(?P<name>[A-Za-z_][A-Za-z0-9_.]*)"
+    r"|(?P<variant>\[[^\]]*\])"
+    r"|(?P<op>==|!=|<=|>=|<|>|[-+*/()]))"
+)
+
+
+@dataclass(frozen=True)
+class Ref:
+    metric: str
+    variant: str
+    agg: str = "mean"
+
+    def __str__(self) -> str:
+        core = f"{self.metric}[{self.variant}]"
+        return core if self.agg == "mean" else f"{self.agg}({core})"
+
+
+def _tokenize(text: str) -> list[tuple[str, str, int]]:
+    tokens, pos = [], 0
+    while pos < len(text):
+        if text[pos:].strip() == "":
+            break
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            col = pos + (len(text[pos:]) - len(text[pos:].lstrip()))
+            raise ThresholdError(_caret(text, col, f"unexpected character {text[col]!r}"))
+        kind = m.lastgroup
+        tokens.append((kind, m.group(kind), m.start(kind)))
+        pos = m.end()
+    tokens.append(("end", "", len(text)))
+    return tokens
+
+
+def _caret(text: str, col: int, msg: str) -> str:
+    return f"bad threshold: {msg}\n  {text}\n  {' ' * col}^"
+
+
+class _Parser:
+    def __init__(self, text: str):
+        self.text = text
+        self.tokens = _tokenize(text)
+        self.i = 0
+
+    def peek(self) -> tuple[str, str, int]:
+        return self.tokens[self.i]
+
+    def take(self) -> tuple[str, str, int]:
+        tok = self.tokens[self.i]
+        self.i += 1
+        return tok
+
+    def fail(self, msg: str, tok: tuple[str, str, int] | None = None):
+        tok = tok or self.peek()
+        found = "end of input" if tok[0] == "end" else repr(tok[1])
+        raise ThresholdError(_caret(self.text, tok[2], f"{msg}, found {found}"))
+
+    def expect_op(self, op: str):
+        tok = self.take()
+        if tok != ("op", op, tok[2]):
+            self.fail(f"expected {op!r}", tok)
+
+    def threshold(self):
+        lhs = self.sum()
+        tok = self.take()
+        if tok[0] != "op" or tok[1] not in COMPARATORS:
+            self.fail(f"expected a comparison ({' '.join(COMPARATORS)})", tok)
+        rhs = self.sum()
+        if self.peek()[0] != "end":
+            self.fail("expected end of threshold")
+        return (tok[1], lhs, rhs)
+
+    def sum(self):
+        node = self.product()
+        while self.peek()[0] == "op" and self.peek()[1] in "+-":
+            node = (self.take()[1], node, self.product())
+        return node
+
+    def product(self):
+        node = self.unary()
+        while self.peek()[0] == "op" and self.peek()[1] in "*/":
+            node = (self.take()[1], node, self.unary())
+        return node
+
+    def unary(self):
+        if self.peek()[:2] == ("op", "-"):
+            self.take()
+            return ("neg", self.unary())
+        return self.atom()
+
+    def atom(self):
+        tok = self.take()
+        if tok[0] == "num":
+            return ("num", float(tok[1]))
+        if tok[:2] == ("op", "("):
+            node = self.sum()
+            self.expect_op(")")
+            return node
+        if tok[0] == "name" and self.peek()[:2] == ("op", "("):
+            if tok[1] not in AGGREGATES:
+                self.fail(f"unknown function; allowed: {', '.join(AGGREGATES)}", tok)
+            self.take()
+            ref = self.ref(self.take())
+            self.expect_op(")")
+            return ("ref", Ref(ref.metric, ref.variant, tok[1]))
+        if tok[0] == "name":
+            return ("ref", self.ref(tok))
+        self.fail("expected a number, metric[variant], an aggregate or '('", tok)
+
+    def ref(self, tok) -> Ref:
+        if tok[0] != "name":
+            self.fail("expected a metric name", tok)
+        bracket = self.take()
+        if bracket[0] != "variant":
+            self.fail(f"expected [variant] after metric {tok[1]!r}", bracket)
+        variant = bracket[1][1:-1].strip()
+        if not variant:
+            self.fail("empty variant name", bracket)
+        return Ref(tok[1], variant)
+
+
+def parse_threshold(text: str):
+    """Parse one threshold into a small tuple AST; raises ThresholdError with a caret on bad syntax."""
+    if not text.strip():
+        raise ThresholdError("bad threshold: empty expression")
+    return _Parser(text).threshold()
+
+
+# ---- threshold evaluation ------------------------------------------------------------------------
+
+
+@dataclass
+class ThresholdOutcome:
+    text: str
+    passed: bool
+    lhs: float
+    rhs: float
+
+
+def _eval(node, groups) -> float:
+    kind = node[0]
+    if kind == "num":
+        return node[1]
+    if kind == "ref":
+        ref: Ref = node[1]
+        return AGGREGATES[ref.agg](list(metric_values(groups, ref.metric, ref.variant).values()))
+    if kind == "neg":
+        return -_eval(node[1], groups)
+    a, b = _eval(node[1], groups), _eval(node[2], groups)
+    if kind == "+":
+        return a + b
+    if kind == "-":
+        return a - b
+    if kind == "*":
+        return a * b
+    if b == 0:  # IEEE semantics rather than ZeroDivisionError
+        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a)
+    return a / b
+
+
+def evaluate_thresholds(results: Sequence[dict], thresholds: Sequence[str]) -> list[ThresholdOutcome]:
+    """Parse all thresholds first (so a typo fails before anything is judged), then evaluate."""
+    groups = group_by_variant(results)
+    parsed = [(t, parse_threshold(t)) for t in thresholds]
+    outcomes = []
+    for text, (op, lhs, rhs) in parsed:
+        a, b = _eval(lhs, groups), _eval(rhs, groups)
+        outcomes.append(ThresholdOutcome(text, bool(COMPARATORS[op](a, b)), a, b))
+    return outcomes
+
+
+# ---- summary table -------------------------------------------------------------------------------
+
+
+@dataclass
+class Cell:
+    mean: float
+    std: float
+    n: int
+    ratio: float | None = None  # mean paired ratio vs baseline; None for the baseline itself
+
+
+def summarize(
+    results: Sequence[dict], baseline: str | None = None, metrics: Sequence[str] | None = None
+) -> tuple[str, list[str], dict[str, dict[str, Cell]]]:
+    """(baseline, metrics, variant -> metric -> Cell). Metrics default to the usual set present."""
+    groups = group_by_variant(results)
+    if not groups:
+        raise ResultsError("no results to compare")
+    baseline = baseline or next(iter(groups))
+    if baseline not in groups:
+        raise ResultsError(f"unknown baseline variant {baseline!r}; known: {', '.join(groups)}")
+    if metrics is None:
+        metrics = [m for m in DEFAULT_TABLE_METRICS if all(is_number(r.get(m)) for r in results)]
+    table: dict[str, dict[str, Cell]] = {}
+    for variant in groups:
+        row: dict[str, Cell] = {}
+        for m in metrics:
+            try:
+                vals = metric_values(groups, m, variant)
+                base = metric_values(groups, m, baseline)
+            except ThresholdError as exc:
+                raise ResultsError(str(exc)) from None
+            xs = list(vals.values())
+            cell = Cell(float(np.mean(xs)), _sample_std(xs), len(xs))
+            if variant != baseline:
+                pairs = [(vals[r], base[r]) for r in vals if r in base]
+                ratios = [math.nan if b == 0 and a == 0 else (math.inf if b == 0 else a / b) for a, b in pairs]
+                cell.ratio = float(np.mean(ratios)) if ratios else None
+            row[m] = cell
+        table[variant] = row
+    return baseline, list(metrics), table
+
+
+def _fmt(x: float) -> str:
+    if math.isnan(x):
+        return "n/a"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if abs(x) < 1e-9:  # float noise from unit conversions (e.g. a std of 8e-14 ms)
+        return "0"
+    if x == int(x) and abs(x) < 1e9:
+        return str(int(x))
+    return f"{x:.4g}" if abs(x) < 1e4 else f"{x:.0f}"
+
+
+def format_compare_table(baseline: str, metrics: Sequence[str], table: dict[str, dict[str, Cell]]) -> Table:
+    t = Table(title=f"mean ± std over repeats; (×r) = paired ratio vs {baseline}")
+    t.add_column("metric", style="bold")
+    for variant in table:
+        n = max((c.n for c in table[variant].values()), default=0)
+        t.add_column(f"{escape(variant)}{' (baseline)' if variant == baseline else ''}\nn={n}", justify="right")
+    for m in metrics:
+        cells = []
+        for variant in table:
+            c = table[variant][m]
+            text = f"{_fmt(c.mean)} ± {_fmt(c.std)}"
+            if c.ratio is not None:
+                text += f" (×{_fmt(c.ratio)})"
+            cells.append(text)
+        t.add_row(m, *cells)
+    return t
+
+
+def format_threshold_table(outcomes: Sequence[ThresholdOutcome]) -> Table:
+    t = Table(title="thresholds")
+    t.add_column("result")
+    t.add_column("threshold")
+    t.add_column("lhs", justify="right")
+    t.add_column("rhs", justify="right")
+    for o in outcomes:
+        t.add_row("[green]PASS[/]" if o.passed else "[red]FAIL[/]", escape(o.text), _fmt(o.lhs), _fmt(o.rhs))
+    return t
+
+
+def main_compare(
+    paths: Sequence[str],
+    thresholds: Sequence[str] = (),
+    baseline: str | None = None,
+    metrics: Sequence[str] | None = None,
+    console: Console | None = None,
+) -> int:
+    """CLI body: 0 when every threshold passes, 1 when one fails, 2 on bad input."""
+    console = console or Console()
+    try:
+        results: list[Any] = load_results(paths)
+        base, names, table = summarize(results, baseline, metrics)
+        console.print(format_compare_table(base, names, table))
+        outcomes = evaluate_thresholds(results, thresholds)
+    except (ResultsError, ThresholdError) as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        return 2
+    if outcomes:
+        console.print(format_threshold_table(outcomes))
+    failed = [o for o in outcomes if not o.passed]
+    console.print(f"{len(outcomes) - len(failed)} passed, {len(failed)} failed", highlight=False)
+    return 1 if failed else 0

@@ -1,0 +1,242 @@
+"""Per-run results: one JSON document per (scenario, variant, repeat), plus a step trace.
+
+The JSON is flat where `vllm bench serve` has a key (`duration`, `completed`,
+`mean_ttft_ms`, `p99_e2el_ms`, ...) so existing tooling reads it; the
+simulator adds its own keys next to them: the node counters summed over
+nodes (`num_preemptions`, `num_zero_progress_preemptions`, ...; `*_peak`
+counters take the max instead), step aggregates (`mean_kv_usage`, ...), and
+the run's identity (`scenario`, `variant`, `repeat`, `seed`, `clock`).
+Per-node detail lives under `nodes` and `steps_per_node`; per-request detail
+under `requests` when asked for. The step trace is JSONL, one StepRecord per
+line, named next to the JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.metrics import DEFAULT_PERCENTILES, compute_metrics, request_latencies, step_aggregates
+from engine.records import RequestRecord, StepRecord
+
+SCHEMA = "disagg-sim.result/1"
+CLOCKS = ("virtual", "wall")
+# The counters every node reports; others are accepted and aggregated the same way.
+NODE_COUNTER_KEYS = (
+    "num_preemptions",
+    "num_zero_progress_preemptions",
+    "num_allocate_slots_calls",
+    "deferred_free_blocks_peak",
+    "num_blocks_freed_by_drain",
+    "kv_corruptions_detected",
+)
+# Keys a loaded result must have, with their types (bool is not an int here).
+REQUIRED_KEYS: dict[str, tuple[type, ...]] = {
+    "schema": (str,),
+    "scenario": (str,),
+    "variant": (str,),
+    "repeat": (int,),
+    "clock": (str,),
+    "duration": (int, float),
+    "completed": (int,),
+    "failed": (int,),
+    "total_input_tokens": (int,),
+    "total_output_tokens": (int,),
+    "request_throughput": (int, float),
+    "output_throughput": (int, float),
+    "total_token_throughput": (int, float),
+    "max_concurrent_requests": (int,),
+    **{k: (int,) for k in NODE_COUNTER_KEYS},
+}
+
+
+class ResultsError(ValueError):
+    pass
+
+
+def aggregate_counters(counters_by_node: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """Sum each counter over nodes, except peaks (`*_peak`), which take the max."""
+    out: dict[str, int] = {k: 0 for k in NODE_COUNTER_KEYS}
+    for node, counters in counters_by_node.items():
+        for key, value in counters.items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ResultsError(f"counter {key!r} of node {node!r} must be an int, got {value!r}")
+            out[key] = max(out.get(key, 0), value) if key.endswith("_peak") else out.get(key, 0) + value
+    return out
+
+
+def build_result(
+    *,
+    records: Sequence[RequestRecord],
+    scenario: str,
+    variant: str,
+    clock: str,
+    repeat: int = 0,
+    seed: int | None = None,
+    steps: Sequence[StepRecord] = (),
+    counters_by_node: Mapping[str, Mapping[str, int]] | None = None,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    duration: float | None = None,
+    include_requests: bool = False,
+    include_token_times: bool = False,
+    extra: Mapping[str, Any] | None = None,
+) -> dict:
+    """Everything a report needs about one run, as a JSON-ready dict."""
+    if clock not in CLOCKS:
+        raise ResultsError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
+    counters_by_node = counters_by_node or {}
+    metrics = compute_metrics(records, percentiles=percentiles, duration=duration)
+    steps_agg = step_aggregates(steps)
+    per_node_steps = steps_agg.pop("per_node")
+    result: dict[str, Any] = {
+        "schema": SCHEMA,
+        "scenario": scenario,
+        "variant": variant,
+        "repeat": repeat,
+        "seed": seed,
+        "clock": clock,
+        "percentiles": list(percentiles),
+    }
+    result.update(metrics.to_dict())
+    result.update(aggregate_counters(counters_by_node))
+    result.update(steps_agg)
+    result["nodes"] = {node: dict(c) for node, c in sorted(counters_by_node.items())}
+    result["steps_per_node"] = per_node_steps
+    result["step_trace"] = None
+    if include_requests:
+        result["requests"] = [request_detail(r, include_token_times) for r in records]
+    if extra:
+        result["extra"] = dict(extra)
+    return result
+
+
+def request_detail(rec: RequestRecord, include_token_times: bool = False) -> dict:
+    lat = request_latencies(rec)
+
+    def ms(x: float | None) -> float | None:
+        return None if x is None else x * 1000
+
+    d = {
+        "request_id": rec.request_id,
+        "arrival_time": rec.arrival_time,
+        "prompt_len": rec.prompt_len,
+        "max_tokens": rec.max_tokens,
+        "priority": rec.priority,
+        "output_len": len(rec.token_times),
+        "finish_reason": rec.finish_reason,
+        "success": lat is not None,
+        "num_preemptions": rec.num_preemptions,
+        "ttft_ms": ms(lat.ttft) if lat else None,
+        "tpot_ms": ms(lat.tpot) if lat else None,
+        "e2el_ms": ms(lat.e2el) if lat else None,
+        "queue_time_ms": ms(rec.queue_time),
+        "remote_kv_wait_ms": ms(rec.remote_kv_wait),
+    }
+    if include_token_times:
+        d["token_times"] = list(rec.token_times)
+    return d
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "_"
+
+
+def result_stem(scenario: str, variant: str, repeat: int) -> str:
+    return f"{_safe(scenario)}__{_safe(variant)}__r{repeat}"
+
+
+def write_run(out_dir: str | Path, result: dict, steps: Sequence[StepRecord] = ()) -> tuple[Path, Path]:
+    """Write `<stem>.json` and `<stem>.steps.jsonl` into out_dir; returns both paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = result_stem(result["scenario"], result["variant"], result["repeat"])
+    steps_path = out / f"{stem}.steps.jsonl"
+    write_step_trace(steps_path, steps)
+    result = dict(result, step_trace=steps_path.name)
+    json_path = out / f"{stem}.json"
+    json_path.write_text(json.dumps(result, indent=2, allow_nan=True) + "\n")
+    return json_path, steps_path
+
+
+def write_step_trace(path: str | Path, steps: Iterable[StepRecord]) -> None:
+    with Path(path).open("w") as fh:
+        for s in steps:
+            fh.write(json.dumps(s.to_dict()) + "\n")
+
+
+def read_step_trace(path: str | Path) -> list[StepRecord]:
+    path = Path(path)
+    fields = {f.name: f for f in dataclasses.fields(StepRecord)}
+    required = [n for n, f in fields.items()
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    steps: list[StepRecord] = []
+    with path.open() as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ResultsError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+            missing = [k for k in required if k not in obj]
+            if missing:
+                raise ResultsError(f"{path}:{lineno}: step record lacks {', '.join(missing)}")
+            steps.append(StepRecord(**{k: v for k, v in obj.items() if k in fields}))
+    return steps
+
+
+def validate_result(data: Any, source: str = "<result>") -> dict:
+    if not isinstance(data, dict):
+        raise ResultsError(f"{source}: a result must be a JSON object, got {type(data).__name__}")
+    if data.get("schema") != SCHEMA:
+        raise ResultsError(f"{source}: schema is {data.get('schema')!r}, expected {SCHEMA!r}")
+    for key, types in REQUIRED_KEYS.items():
+        if key not in data:
+            raise ResultsError(f"{source}: missing key {key!r}")
+        v = data[key]
+        if isinstance(v, bool) or not isinstance(v, types):
+            names = "/".join(t.__name__ for t in types)
+            raise ResultsError(f"{source}: key {key!r} must be {names}, got {v!r}")
+    if data["clock"] not in CLOCKS:
+        raise ResultsError(f"{source}: clock must be one of {', '.join(CLOCKS)}, got {data['clock']!r}")
+    return data
+
+
+def load_result(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: result file not found") from None
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+    return validate_result(data, str(path))
+
+
+def load_results(paths: Iterable[str | Path]) -> list[dict]:
+    """Load result files; a directory contributes every `*.json` in it (sorted)."""
+    out: list[dict] = []
+    for p in paths:
+        p = Path(p)
+        files = sorted(p.glob("*.json")) if p.is_dir() else [p]
+        if p.is_dir() and not files:
+            raise ResultsError(f"{p}: directory has no *.json result files")
+        out.extend(load_result(f) for f in files)
+    return out
+
+
+def load_steps_for(result: dict, result_path: str | Path) -> list[StepRecord]:
+    """The step trace a result JSON points at (empty if it has none)."""
+    name = result.get("step_trace")
+    if not name:
+        return []
+    return read_step_trace(Path(result_path).parent / name)
+
+
+def is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and not (isinstance(v, float) and math.isnan(v))
