@@ -104,6 +104,8 @@ class ClusterSpec(_Strict):
     bytes_per_token: int = Field(64, ge=1)
     kv_pull_timeout_s: float = Field(2.0, gt=0)
     kv_pull_deadline_s: float = Field(10.0, gt=0)
+    # Ray runtime only: wall seconds slept per modelled second of step time.
+    time_scale: float = Field(1.0, gt=0)
 
     @field_validator("cost_model")
     @classmethod
