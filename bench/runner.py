@@ -1,0 +1,137 @@
+"""Runs a scenario: every variant × repeat on the chosen runtime, one results
+JSON (and step trace) per run, then the side-by-side comparison, thresholds
+and plots."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+
+from cluster.run_result import RunResult
+
+from .compare import evaluate_thresholds, format_compare_table, format_threshold_table, summarize
+from .plots import plot_latency_cdfs, plot_step_timeseries
+from .results import build_result, write_run
+from .scenario import Scenario
+
+
+@dataclass
+class ScenarioOutcome:
+    results: list[dict] = field(default_factory=list)
+    runs: dict[tuple[str, int], RunResult] = field(default_factory=dict)
+    threshold_outcomes: list = field(default_factory=list)
+    invariant_errors: list[str] = field(default_factory=list)
+    out_dir: Path | None = None
+    plots: list[Path] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if self.invariant_errors:
+            return 3
+        return 1 if any(not o.passed for o in self.threshold_outcomes) else 0
+
+
+def run_one(scenario: Scenario, variant: str, repeat: int, runtime: str, ray_handle=None,
+            debug_invariants: bool = False) -> RunResult:
+    spec = scenario.cluster(variant)
+    seed = scenario.file.seed + repeat
+    workload, max_concurrency = scenario.workload(variant, seed)
+    faults = scenario.file.faults
+    if runtime == "inproc":
+        from cluster.inproc_cluster import InProcCluster
+
+        cluster = InProcCluster(spec, seed=seed, debug_invariants=debug_invariants)
+        cluster.submit(workload, max_concurrency)
+        for fault in faults:
+            cluster.kill_node_at(fault["kill"], float(fault["at"]))
+        return cluster.run()
+    from cluster.ray_runtime import run_ray
+
+    return run_ray(spec, workload, seed=seed, max_concurrency=max_concurrency, handle=ray_handle, faults=faults)
+
+
+def run_scenario(
+    scenario: Scenario,
+    runtime: str | None = None,
+    out_dir: str | Path | None = None,
+    console: Console | None = None,
+    address: str | None = None,
+    debug_invariants: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> ScenarioOutcome:
+    console = console or Console()
+    runtime = runtime or scenario.file.runtime
+    outcome = ScenarioOutcome()
+    if out_dir is not None:
+        outcome.out_dir = Path(out_dir)
+    report = scenario.file.report
+    total = len(scenario.variants) * scenario.file.repeats
+
+    ray_ctx = None
+    if runtime == "ray":
+        from cluster.ray_runtime import RayClusterHandle
+
+        ray_ctx = RayClusterHandle(address=address)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    handle = ray_ctx.__enter__() if ray_ctx is not None else None
+    try:
+        with Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
+            TimeElapsedColumn(), console=console, transient=False,
+        ) as bar:
+            task = bar.add_task(f"{scenario.name} on {runtime}", total=total)
+            for variant in scenario.variant_names:
+                for repeat in range(scenario.file.repeats):
+                    bar.update(task, description=f"{scenario.name}: {variant} r{repeat}")
+                    t0 = time.monotonic()
+                    run = run_one(scenario, variant, repeat, runtime, handle, debug_invariants)
+                    wall = time.monotonic() - t0
+                    outcome.runs[(variant, repeat)] = run
+                    for err in run.invariant_errors:
+                        outcome.invariant_errors.append(f"{variant} r{repeat}: {err}")
+                    result = build_result(
+                        records=run.requests,
+                        scenario=scenario.name,
+                        variant=variant,
+                        clock=run.clock,
+                        repeat=repeat,
+                        seed=scenario.file.seed + repeat,
+                        steps=run.steps,
+                        counters_by_node=run.node_counters,
+                        percentiles=report.percentiles,
+                        duration=run.duration,
+                        include_requests=report.include_requests,
+                        extra={"runtime": runtime, "wall_seconds": wall, "invariant_errors": run.invariant_errors[:20],
+                               "violations": run.violations[:20], **run.extra},
+                    )
+                    outcome.results.append(result)
+                    if outcome.out_dir is not None:
+                        write_run(outcome.out_dir, result, run.steps)
+                    bar.advance(task)
+    finally:
+        if ray_ctx is not None:
+            ray_ctx.__exit__(None, None, None)
+
+    baseline, metrics, table = summarize(outcome.results, report.baseline, report.metrics)
+    console.print(format_compare_table(baseline, metrics, table))
+    outcome.threshold_outcomes = evaluate_thresholds(outcome.results, scenario.file.thresholds)
+    if outcome.threshold_outcomes:
+        console.print(format_threshold_table(outcome.threshold_outcomes))
+        failed = sum(not o.passed for o in outcome.threshold_outcomes)
+        console.print(f"thresholds: {len(outcome.threshold_outcomes) - failed} passed, {failed} failed")
+    if outcome.invariant_errors:
+        console.print(f"[red]{len(outcome.invariant_errors)} invariant error(s):[/]")
+        for err in outcome.invariant_errors[:20]:
+            console.print(f"  {err}", markup=False)
+    if report.plots and outcome.out_dir is not None:
+        steps = {v: outcome.runs[(v, 0)].steps for v in scenario.variant_names}
+        records = {v: outcome.runs[(v, 0)].requests for v in scenario.variant_names}
+        plot_dir = outcome.out_dir / "plots"
+        outcome.plots = plot_step_timeseries(steps, plot_dir) + plot_latency_cdfs(records, plot_dir)
+        console.print(f"results and plots in {outcome.out_dir}")
+    return outcome
