@@ -178,8 +178,7 @@ def test_13_phase_two_preempts_the_tail_after_the_fence_passes():
 
 def test_14_a_step_with_a_preemption_admits_no_waiting_request():
     s = create_scheduler(num_blocks=5, max_num_seqs=8)
-    a, b, c = create_requests(3, num_tokens=32, max_tokens=10)
-    c.prompt_token_ids = [2]  # a tiny waiting request that would fit
+    a, b = create_requests(2, num_tokens=32, max_tokens=10)
     s.add_request(a)
     s.add_request(b)
     out = s.schedule()
@@ -233,10 +232,8 @@ def test_17_fcfs_tail_self_preemption_ends_the_pass():
 
 def test_20_waiting_allocation_failure_blocks_the_queue_head():
     s = create_scheduler(num_blocks=5, max_num_seqs=8)
-    big, small = create_requests(2, num_tokens=80, max_tokens=10, req_ids=["big", "small"])
-    small.prompt_token_ids = [1]
-    small._all_token_ids = [1]
-    small.num_prompt_tokens = 1
+    (big,) = create_requests(1, num_tokens=80, max_tokens=10, req_ids=["big"])
+    (small,) = create_requests(1, num_tokens=1, max_tokens=10, req_ids=["small"])
     s.add_request(big)
     s.add_request(small)
     out = s.schedule()

@@ -1,0 +1,195 @@
+"""The v1 differential harness: scenarios through vLLM 0.33.0 (one subprocess for
+all of them) and through our engine, compared step by step.
+
+Used by `run_v1.py` (the `make conformance` command) and by
+`test_v1_oracle.py` (pytest, marker `oracle`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+for path in (HERE, REPO / "tools" / "oracle", REPO):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import launch  # noqa: E402  (tools/oracle/launch.py)
+from v1_compare import Mismatch, compare, dump_repro, shrink  # noqa: E402
+from v1_handwritten import Expectation, all_handwritten  # noqa: E402
+from v1_generate import generate_suite  # noqa: E402
+from v1_scenario import validate  # noqa: E402
+
+DRIVER = "v1_driver.py"
+DEFAULT_OUT = REPO / "build" / "conformance" / "v1"
+
+
+def oracle_missing_reason() -> str | None:
+    return launch.oracle_missing_reason("v1")
+
+
+@dataclass
+class HarnessResult:
+    scenarios: list[dict]
+    mismatches: list[Mismatch] = field(default_factory=list)
+    expectation_failures: list[str] = field(default_factory=list)  # "<side> <id>: <problem>"
+    oracle_seconds: float = 0.0
+    ours_seconds: float = 0.0
+    vllm_version: str = ""
+    repro_files: list[Path] = field(default_factory=list)
+    oracle_traces: list[dict] = field(default_factory=list)
+
+    @property
+    def matched(self) -> int:
+        return len(self.scenarios) - len(self.mismatches)
+
+    def classes(self) -> dict[tuple, list[Mismatch]]:
+        groups: dict[tuple, list[Mismatch]] = defaultdict(list)
+        for m in self.mismatches:
+            groups[m.signature].append(m)
+        return dict(groups)
+
+    def coverage(self) -> dict[str, int]:
+        """How many scenarios exercised each behaviour, read from vLLM's traces."""
+        return coverage(self.oracle_traces)
+
+    def summary(self) -> str:
+        lines = [
+            f"v1 conformance against vLLM {self.vllm_version}: {len(self.scenarios)} scenarios, "
+            f"{self.matched} matched, {len(self.mismatches)} mismatched "
+            f"(oracle {self.oracle_seconds:.1f} s, ours {self.ours_seconds:.1f} s)",
+            "  coverage (scenarios): " + ", ".join(f"{k} {v}" for k, v in self.coverage().items()),
+        ]
+        for sig, group in sorted(self.classes().items(), key=lambda kv: -len(kv[1])):
+            ids = ", ".join(m.scenario_id for m in group[:6]) + (" ..." if len(group) > 6 else "")
+            lines.append(f"  class {sig[0]} {list(sig[1])}: {len(group)} scenario(s): {ids}")
+        for text in self.expectation_failures:
+            lines.append(f"  expectation failed: {text}")
+        for path in self.repro_files:
+            lines.append(f"  minimal reproduction: {path}")
+        return "\n".join(lines)
+
+
+def coverage(traces: list[dict]) -> dict[str, int]:
+    counts = dict.fromkeys(
+        [
+            "schedule_steps",
+            "preemption",
+            "multi_victim_step",
+            "deferred_free",
+            "fenced_retry_stop",
+            "prefill_chunks",
+            "stop",
+            "length_cap",
+            "abort",
+            "unfinished_at_cap",
+        ],
+        0,
+    )
+    for trace in traces:
+        sch = [r for r in trace["records"] if r["op"] == "schedule"]
+        counts["schedule_steps"] += len(sch)
+        hit = {
+            "preemption": any(r["preempted"] for r in sch),
+            "multi_victim_step": any(len(r["preempted"]) > 1 for r in sch),
+            "deferred_free": any(r.get("deferred_frees") for r in trace["records"]),
+            # A step that ran nothing and preempted nothing while requests were running.
+            "fenced_retry_stop": any(not r["scheduled"] and not r["preempted"] and r["running"] for r in sch),
+            "prefill_chunks": any(r["prefill_chunks"] for r in sch),
+            "stop": any(f["status"] == "FINISHED_STOPPED" for f in trace["final"].values()),
+            "length_cap": any(f["status"] == "FINISHED_LENGTH_CAPPED" for f in trace["final"].values()),
+            "abort": any(f["status"] == "FINISHED_ABORTED" for f in trace["final"].values()),
+            "unfinished_at_cap": any(not f["status"].startswith("FINISHED") for f in trace["final"].values()),
+        }
+        for key, value in hit.items():
+            counts[key] += int(value)
+    return counts
+
+
+def default_scenarios(
+    count: int = 200, first_seed: int = 0, prefix_twins: bool = True, handwritten: bool = True
+) -> tuple[list[dict], dict[str, Expectation]]:
+    scenarios: list[dict] = []
+    expectations: dict[str, Expectation] = {}
+    if handwritten:
+        for scenario, expect in all_handwritten():
+            scenarios.append(validate(scenario))
+            expectations[scenario["id"]] = expect
+    scenarios += generate_suite(count, first_seed, prefix_twins)
+    return scenarios, expectations
+
+
+def run_harness(
+    scenarios: list[dict],
+    expectations: dict[str, Expectation] | None = None,
+    shrink_mismatches: bool = False,
+    out_dir: Path | None = None,
+    shrink_budget: int = 400,
+) -> HarnessResult:
+    """Replays every scenario on both sides and compares. With `shrink_mismatches`
+    the first scenario of each mismatch class is shrunk (through a long-lived
+    oracle session) and dumped, with both sides' records, under `out_dir`."""
+    from v1_ours import run_ours  # imports engine/; kept here so the module loads without it
+
+    expectations = expectations or {}
+    for s in scenarios:
+        validate(s)
+    result = HarnessResult(scenarios=scenarios)
+
+    t0 = time.perf_counter()
+    answer = launch.run_driver(DRIVER, {"scenarios": scenarios})
+    result.oracle_seconds = time.perf_counter() - t0
+    result.vllm_version = answer["vllm_version"]
+    oracle_traces = answer["traces"]
+    result.oracle_traces = oracle_traces
+
+    t0 = time.perf_counter()
+    our_traces = run_ours(scenarios)
+    result.ours_seconds = time.perf_counter() - t0
+
+    for scenario, o_trace, u_trace in zip(scenarios, oracle_traces, our_traces):
+        expect = expectations.get(scenario["id"])
+        if expect is not None:
+            for side, trace in (("vllm", o_trace), ("ours", u_trace)):
+                for problem in expect(trace):
+                    result.expectation_failures.append(f"{side} {scenario['id']}: {problem}")
+        mismatch = compare(o_trace, u_trace)
+        if mismatch is not None:
+            result.mismatches.append(mismatch)
+
+    if result.mismatches and (shrink_mismatches or out_dir is not None):
+        out = out_dir or DEFAULT_OUT
+        by_id = {s["id"]: s for s in scenarios}
+        firsts = [group[0] for group in result.classes().values()]
+        session = launch.OracleSession(DRIVER) if shrink_mismatches else None
+        try:
+            for m in firsts:
+                scenario = by_id[m.scenario_id]
+                if session is not None:
+                    scenario, m = _shrink_one(session, scenario, m, shrink_budget)
+                result.repro_files.append(dump_repro(m, scenario, out))
+        finally:
+            if session is not None:
+                session.close()
+    return result
+
+
+def _shrink_one(session, scenario: dict, mismatch: Mismatch, budget: int) -> tuple[dict, Mismatch]:
+    from v1_ours import run_ours
+
+    def replay(candidate: dict) -> Mismatch | None:
+        o_trace = session.ask(candidate)
+        if "invalid" in o_trace:
+            return None
+        return compare(o_trace, run_ours([candidate])[0])
+
+    small, _ = shrink(scenario, replay, mismatch.signature, budget)
+    small_mismatch = replay(small)
+    if small_mismatch is None or small_mismatch.signature != mismatch.signature:
+        return scenario, mismatch  # shrinking drifted; keep the original
+    return small, small_mismatch

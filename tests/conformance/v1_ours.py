@@ -1,0 +1,68 @@
+"""Our engine's side of the v1 differential harness: the adapter that
+`v1_play.play` drives, mirroring `tools/oracle/v1_driver.py` for vLLM.
+
+Mapping of the scenario config onto `engine.testing.create_scheduler`:
+- `force_defer_block_free` true  -> `defer_block_free=True` (forced, as vLLM's tests do);
+  false -> `defer_block_free=None`, the production gate (off: no consumer connector).
+- `prefix_guard` -> `preemption_guard="prefix"` (pre-#49675 loop) vs `"fixed"`.
+- `async_scheduling` -> the async scheduler (output placeholders), like vLLM's
+  `AsyncScheduler`; the batch-queue depth is the scenario's `drain.depth`.
+"""
+
+from __future__ import annotations
+
+from engine.outputs import ModelRunnerOutput
+from engine.request import RequestStatus
+from engine.testing import create_requests, create_scheduler
+
+from v1_play import play
+
+
+class OursAdapter:
+    name = "disagg-sim"
+
+    @staticmethod
+    def create_scheduler(config: dict):
+        return create_scheduler(
+            max_num_seqs=config["max_num_seqs"],
+            max_num_batched_tokens=config["max_num_batched_tokens"],
+            enable_chunked_prefill=config["enable_chunked_prefill"],
+            long_prefill_token_threshold=config["long_prefill_token_threshold"],
+            num_blocks=config["num_blocks"],
+            block_size=config["block_size"],
+            max_model_len=config["max_model_len"],
+            async_scheduling=config["async_scheduling"],
+            policy=config["policy"],
+            defer_block_free=True if config["force_defer_block_free"] else None,
+            preemption_guard="prefix" if config["prefix_guard"] else "fixed",
+        )
+
+    @staticmethod
+    def create_request(spec: dict):
+        return create_requests(
+            1,
+            num_tokens=spec["prompt_len"],
+            max_tokens=spec["max_tokens"],
+            stop_token_ids=list(spec["stop_token_ids"]) or None,
+            req_ids=[spec["id"]],
+            priorities=[spec["priority"]],
+            arrival_times=[float(spec["arrival_time"])],
+            ignore_eos=spec["ignore_eos"],
+        )[0]
+
+    @staticmethod
+    def make_model_runner_output(req_ids: list[str], sampled_token_ids: list[list[int]]):
+        return ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=sampled_token_ids,
+        )
+
+    @staticmethod
+    def abort(sched, ids: list[str]) -> None:
+        sched.finish_requests(ids, RequestStatus.FINISHED_ABORTED)
+
+
+def run_ours(scenarios: list[dict]) -> list[dict]:
+    adapter = OursAdapter()
+    return [play(s, adapter) for s in scenarios]

@@ -1,0 +1,208 @@
+"""The link model: delay, jitter, bandwidth, FIFO order, loss, outages, determinism."""
+
+import math
+import statistics
+
+import pytest
+
+from connector.link import Direction, Link, LinkSpec
+
+
+def spaced_arrivals(link: Link, n: int, gap_s: float = 1.0, nbytes: int = 0) -> list[float | None]:
+    """Send n messages gap_s apart (far enough that FIFO never clamps)."""
+    return [link.transit(i * gap_s, nbytes) for i in range(n)]
+
+
+def delays_ms(arrivals: list[float | None], gap_s: float = 1.0) -> list[float]:
+    return [(a - i * gap_s) * 1000 for i, a in enumerate(arrivals) if a is not None]
+
+
+# -- LinkSpec validation -------------------------------------------------------
+
+
+def test_default_spec_is_an_ideal_link_that_adds_nothing():
+    spec = LinkSpec()
+    assert spec.is_ideal
+    link = Link(spec, seed=1)
+    assert [link.transit(t, 10**9) for t in (0.0, 0.5, 7.25)] == [0.0, 0.5, 7.25]
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"delay_ms": -1}, "delay_ms"),
+        ({"delay_ms": math.inf}, "delay_ms"),
+        ({"delay_ms": "5"}, "delay_ms"),
+        ({"jitter_ms": -0.5}, "jitter_ms"),
+        ({"jitter_ms": math.nan}, "jitter_ms"),
+        ({"jitter_distribution": "pareto"}, "jitter_distribution"),
+        ({"bandwidth_MBps": 0}, "bandwidth_MBps"),
+        ({"bandwidth_MBps": -3}, "bandwidth_MBps"),
+        ({"bandwidth_MBps": math.inf}, "bandwidth_MBps"),
+        ({"loss": 1.0}, "loss"),
+        ({"loss": -0.1}, "loss"),
+        ({"loss": True}, "loss"),
+        ({"outages": [(2.0, 1.0)]}, r"outages\[0\]"),
+        ({"outages": [(0.0, 1.0), (-1.0, 1.0)]}, r"outages\[1\]"),
+        ({"outages": [(1.0,)]}, r"outages\[0\]"),
+        ({"outages": "0-1"}, "outages"),
+    ],
+)
+def test_bad_spec_raises_value_error_naming_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=rf"LinkSpec\.{field}"):
+        LinkSpec(**kwargs)
+
+
+def test_spec_from_dict_normalises_outages_and_rejects_unknown_keys():
+    spec = LinkSpec.from_dict({"delay_ms": 5, "outages": [[1, 2], [3, math.inf]]})
+    assert spec.outages == ((1.0, 2.0), (3.0, math.inf))
+    assert spec.delay_ms == 5.0 and not spec.is_ideal
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['latency_ms'\]"):
+        LinkSpec.from_dict({"latency_ms": 5})
+
+
+def test_link_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="seed must be an int"):
+        Link(LinkSpec(), seed=1.5)
+    with pytest.raises(ValueError, match="spec must be a LinkSpec"):
+        Link({"delay_ms": 1})
+    link = Link(LinkSpec())
+    with pytest.raises(ValueError, match="nbytes must be an int >= 0"):
+        link.transit(0.0, -1)
+    with pytest.raises(ValueError, match="now must be a finite time"):
+        link.transit(math.nan, 1)
+
+
+# -- delay and jitter ----------------------------------------------------------
+
+
+def test_fixed_delay_is_added_exactly():
+    link = Link(LinkSpec(delay_ms=20), seed=0)
+    assert spaced_arrivals(link, 3) == [0.02, 1.02, 2.02]
+
+
+def test_normal_jitter_centres_on_the_delay():
+    link = Link(LinkSpec(delay_ms=20, jitter_ms=5, jitter_distribution="normal"), seed=7)
+    d = delays_ms(spaced_arrivals(link, 20_000))
+    assert statistics.median(d) == pytest.approx(20, abs=0.2)
+    assert statistics.fmean(d) == pytest.approx(20, abs=0.2)
+    assert statistics.stdev(d) == pytest.approx(5, abs=0.2)
+    assert min(d) >= 0
+
+
+def test_uniform_jitter_stays_within_its_band():
+    link = Link(LinkSpec(delay_ms=20, jitter_ms=5, jitter_distribution="uniform"), seed=7)
+    d = delays_ms(spaced_arrivals(link, 20_000))
+    assert 15 <= min(d) < 15.1 and 24.9 < max(d) <= 25
+    assert statistics.median(d) == pytest.approx(20, abs=0.2)
+    # uniform on [15, 25]: standard deviation 10 / sqrt(12)
+    assert statistics.stdev(d) == pytest.approx(10 / math.sqrt(12), abs=0.1)
+
+
+def test_jitter_larger_than_the_delay_is_clipped_at_zero_never_negative():
+    link = Link(LinkSpec(delay_ms=1, jitter_ms=10), seed=3)
+    d = delays_ms(spaced_arrivals(link, 2_000))
+    assert min(d) == 0.0
+    assert sum(1 for x in d if x == 0.0) > 500  # about 46 % fall below zero
+
+
+# -- bandwidth -----------------------------------------------------------------
+
+
+def test_64_MB_at_50_MBps_takes_exactly_1_28_s():
+    link = Link(LinkSpec(bandwidth_MBps=50), seed=0)
+    assert link.transit(0.0, 64_000_000) == 1.28
+
+
+def test_chunks_queue_behind_each_other_on_the_wire():
+    link = Link(LinkSpec(bandwidth_MBps=50), seed=0)
+    arrivals = [link.transit(0.0, 256_000) for _ in range(250)]  # 64 MB in 256 kB chunks
+    assert arrivals[0] == pytest.approx(0.00512, rel=1e-12)
+    assert arrivals[-1] == pytest.approx(1.28, rel=1e-12)
+    assert arrivals == sorted(arrivals)
+
+
+def test_bandwidth_and_delay_add_and_an_idle_wire_still_charges_serialisation():
+    link = Link(LinkSpec(delay_ms=10, bandwidth_MBps=1), seed=0)
+    assert link.transit(5.0, 500_000) == pytest.approx(5.0 + 0.5 + 0.01)
+    # the wire has been idle since 5.5: a message sent at 9.0 starts at once
+    assert link.transit(9.0, 100_000) == pytest.approx(9.0 + 0.1 + 0.01)
+    # sent at 9.05 while the previous one still serialises until 9.1
+    assert link.transit(9.05, 100_000) == pytest.approx(9.1 + 0.1 + 0.01)
+
+
+# -- FIFO ----------------------------------------------------------------------
+
+
+def test_jitter_never_reorders_messages():
+    link = Link(LinkSpec(delay_ms=10, jitter_ms=20), seed=11)
+    arrivals = [link.transit(i * 0.001, 100) for i in range(5_000)]
+    assert arrivals == sorted(arrivals)
+    # the order was actually at stake: without the clamp some would overtake
+    clamped = sum(1 for a, b in zip(arrivals, arrivals[1:]) if a == b)
+    assert clamped > 500
+
+
+# -- loss and outages ----------------------------------------------------------
+
+
+def test_loss_rate_matches_the_probability():
+    link = Link(LinkSpec(loss=0.1), seed=5)
+    arrivals = [link.transit(float(i), 1) for i in range(100_000)]
+    lost = sum(a is None for a in arrivals)
+    assert lost / len(arrivals) == pytest.approx(0.1, abs=0.005)
+    assert (link.forward.sent, link.forward.lost) == (100_000, lost)
+
+
+def test_the_delay_of_each_message_does_not_depend_on_the_loss_rate():
+    lossless = spaced_arrivals(Link(LinkSpec(delay_ms=20, jitter_ms=5), seed=9), 2_000)
+    lossy = spaced_arrivals(Link(LinkSpec(delay_ms=20, jitter_ms=5, loss=0.3), seed=9), 2_000)
+    delivered = [(i, a) for i, a in enumerate(lossy) if a is not None]
+    assert 1_300 < len(delivered) < 1_500
+    assert all(lossless[i] == a for i, a in delivered)
+
+
+def test_messages_sent_inside_an_outage_are_dropped():
+    link = Link(LinkSpec(delay_ms=5, outages=[(1.0, 2.0), (3.0, math.inf)]), seed=0)
+    sent_at = [0.5, 0.999, 1.0, 1.5, 1.999, 2.0, 2.5, 3.0, 100.0]
+    got = [link.transit(t, 0) for t in sent_at]
+    assert got == pytest.approx([0.505, 1.004, None, None, None, 2.005, 2.505, None, None])
+
+
+def test_a_dropped_message_does_not_occupy_the_wire():
+    link = Link(LinkSpec(bandwidth_MBps=1, outages=[(1.0, 2.0)]), seed=0)
+    assert link.transit(1.5, 1_000_000) is None
+    assert link.transit(2.0, 1_000_000) == pytest.approx(3.0)
+
+
+# -- determinism and directions ------------------------------------------------
+
+
+def sample_sequence(seed: int) -> list:
+    link = Link(LinkSpec(delay_ms=10, jitter_ms=3, bandwidth_MBps=100, loss=0.2), seed=seed)
+    out = []
+    for i in range(500):
+        out.append(link.transit(i * 0.002, 10_000, Direction.FORWARD))
+        out.append(link.transit(i * 0.002, 50_000, "reverse"))
+    return out
+
+
+def test_same_seed_gives_the_same_sequence_and_another_seed_does_not():
+    assert sample_sequence(42) == sample_sequence(42)
+    assert sample_sequence(42) != sample_sequence(43)
+
+
+def test_directions_have_independent_streams_and_optionally_their_own_spec():
+    link = Link(LinkSpec(delay_ms=10), seed=1, reverse_spec=LinkSpec(delay_ms=30))
+    assert link.transit(0.0, 0, Direction.FORWARD) == pytest.approx(0.010)
+    assert link.transit(0.0, 0, Direction.REVERSE) == pytest.approx(0.030)
+    # traffic one way does not shift the random stream of the other way
+    a = Link(LinkSpec(delay_ms=10, jitter_ms=5), seed=2)
+    b = Link(LinkSpec(delay_ms=10, jitter_ms=5), seed=2)
+    for i in range(100):
+        a.transit(float(i), 0, Direction.FORWARD)
+    assert [a.transit(float(i), 0, "reverse") for i in range(50)] == [
+        b.transit(float(i), 0, "reverse") for i in range(50)
+    ]
+    with pytest.raises(ValueError):
+        link.transit(0.0, 0, "sideways")
