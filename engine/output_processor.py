@@ -38,6 +38,7 @@ class OutputProcessorMixin:
         stopped_running: set[Request] = set()
         stopped_preempted: set[Request] = set()
         requests = self.requests
+        max_model_len = self.max_model_len
         req_id_to_index = model_runner_output.req_id_to_index
         for req_id, n in num_scheduled_tokens.items():
             request = requests.get(req_id)
@@ -59,7 +60,15 @@ class OutputProcessorMixin:
             if not new_token_ids:
                 continue
             status_before_stop = request.status
-            new_token_ids, stopped = self._update_request_with_output(request, list(new_token_ids), output_is_stale)
+            if len(new_token_ids) == 1:
+                # The common decode case, inlined: one token, nothing to trim.
+                request._output_token_ids.append(new_token_ids[0])
+                request.num_tokens += 1
+                stopped = check_stop(request, max_model_len)
+                if not output_is_stale and request.num_output_placeholders > 0:
+                    request.num_output_placeholders -= 1
+            else:
+                new_token_ids, stopped = self._update_request_with_output(request, list(new_token_ids), output_is_stale)
             finish_reason = None
             kv_transfer_params = None
             if stopped:

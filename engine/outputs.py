@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass
+@dataclass(slots=True)
 class NewRequestData:
     req_id: str
     prompt_len: int
@@ -71,7 +71,7 @@ class ModelRunnerOutput:
         return cls([], {}, [])
 
 
-@dataclass
+@dataclass(slots=True)
 class EngineCoreOutput:
     request_id: str
     new_token_ids: list[int]

@@ -155,30 +155,35 @@ class Scheduler(OutputProcessorMixin):
         running = self.running
         req_index = 0
         priority = self.policy == "priority"
+        allocate_slots = kvm.allocate_slots
+        lookahead = self.num_lookahead_tokens
+        max_model_len = self.max_model_len
         while req_index < len(running) and token_budget > 0:
             request = running[req_index]
+            placeholders = request.num_output_placeholders
+            computed = request.num_computed_tokens
             # Async guard: the step in flight already yields the last token.
-            if (
-                request.num_output_placeholders > 0
-                and request.num_computed_tokens + 2 - request.num_output_placeholders
-                >= request.num_prompt_tokens + request.max_tokens
-            ):
+            if placeholders > 0 and computed + 2 - placeholders >= request.num_prompt_tokens + request.max_tokens:
                 req_index += 1
                 continue
             if defer_prefills and request.is_prefill_chunk:
                 req_index += 1
                 continue
-            num_new_tokens = request.num_tokens_with_spec + request.num_output_placeholders - request.num_computed_tokens
+            num_new_tokens = request.num_tokens + len(request.spec_token_ids) + placeholders - computed
             if 0 < long_prefill_threshold < num_new_tokens:
                 num_new_tokens = long_prefill_threshold
-            num_new_tokens = min(num_new_tokens, token_budget, input_budget)
-            num_new_tokens = min(num_new_tokens, self.max_model_len - request.num_computed_tokens - 1)
+            if num_new_tokens > token_budget:
+                num_new_tokens = token_budget
+            if num_new_tokens > input_budget:
+                num_new_tokens = input_budget
+            if num_new_tokens > max_model_len - computed - 1:
+                num_new_tokens = max_model_len - computed - 1
             if num_new_tokens <= 0:
                 req_index += 1
                 continue
 
             while True:
-                new_blocks = kvm.allocate_slots(request, num_new_tokens, num_lookahead_tokens=self.num_lookahead_tokens)
+                new_blocks = allocate_slots(request, num_new_tokens, num_lookahead_tokens=lookahead)
                 if new_blocks is not None:
                     break
                 if self.connector is not None and self.connector.has_pending_block_frees():

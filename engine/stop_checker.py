@@ -7,15 +7,17 @@ from .request import Request, RequestStatus
 
 
 def check_stop(request: Request, max_model_len: int) -> bool:
-    last_token_id = request._output_token_ids[-1]
+    outputs = request._output_token_ids
+    last_token_id = outputs[-1]
     if last_token_id == request.eos_token_id:
         request.status = RequestStatus.FINISHED_STOPPED
         return True
-    if request.sampling_params.stop_token_ids and last_token_id in request.sampling_params.stop_token_ids:
+    stop_ids = request.sampling_params.stop_token_ids
+    if stop_ids and last_token_id in stop_ids:
         request.status = RequestStatus.FINISHED_STOPPED
         request.stop_reason = last_token_id
         return True
-    if request.num_tokens >= max_model_len or request.num_output_tokens >= request.max_tokens:
+    if request.num_tokens >= max_model_len or len(outputs) >= request.max_tokens:
         request.status = RequestStatus.FINISHED_LENGTH_CAPPED
         return True
     return False

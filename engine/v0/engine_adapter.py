@@ -22,7 +22,8 @@ from __future__ import annotations
 import itertools
 import logging
 
-from engine.outputs import CachedRequestData, EngineCoreOutput, EngineCoreOutputs, ModelRunnerOutput, NewRequestData, SchedulerOutput
+from engine.outputs import (CachedRequestData, EngineCoreOutput, EngineCoreOutputs, ModelRunnerOutput, NewRequestData,
+                            SchedulerOutput)
 from engine.request import Request, RequestStatus
 from engine.v0.config import CacheConfig, SchedulerConfig
 from engine.v0.loglines import LOGGER_NAME, V0Stats, V0StatLogger, format_num_blocks
@@ -65,6 +66,8 @@ class V0SchedulerAdapter:
         # Finished since the last schedule(): reported in the next SchedulerOutput.
         self._finished_req_ids: set[str] = set()
         self._in_flight: tuple[SchedulerOutput, list[SequenceGroupMetadata], SchedulerOutputs] | None = None
+        # Blocks of each request the worker already knows, to send only new ones.
+        self._known_blocks: dict[str, int] = {}
         self.last_scheduler_outputs: SchedulerOutputs | None = None
         self.step_index = 0
         self.now = start_time
@@ -104,9 +107,16 @@ class V0SchedulerAdapter:
     def get_num_unfinished_requests(self) -> int:
         return self.scheduler.get_num_unfinished_seq_groups()
 
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_seqs()
+
+    def has_finished_requests(self) -> bool:
+        return bool(self._finished_req_ids)
+
     def _retire(self, rid: str, status: RequestStatus) -> None:
         self.requests.pop(rid).status = status
         del self.seq_groups[rid]
+        self._known_blocks.pop(rid, None)
         self._finished_req_ids.add(rid)
 
     # -- one step ------------------------------------------------------------------
@@ -122,6 +132,7 @@ class V0SchedulerAdapter:
         cached = CachedRequestData()
         swapped_in = {g.request_id for g in outs.swapped_in_seq_groups}
         num_scheduled_tokens: dict[str, int] = {}
+        partial: set[str] = set()
         for meta, scheduled in zip(metadata, outs.scheduled_seq_groups):
             rid, seq = meta.request_id, scheduled.seq_group.seq
             request = self.requests[rid]
@@ -130,14 +141,20 @@ class V0SchedulerAdapter:
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = computed
             request.is_prefill_chunk = not meta.do_sample
+            if request.is_prefill_chunk:
+                partial.add(rid)
+            table = meta.block_tables[seq.seq_id]
             if meta.is_prompt and computed == 0:  # a new prefill, or a recomputed victim's
-                new_reqs.append(NewRequestData(rid, seq.get_prompt_len(), meta.block_tables[seq.seq_id], 0))
+                new_reqs.append(NewRequestData(rid, seq.get_prompt_len(), table, 0))
             else:
                 cached.req_ids.append(rid)
-                cached.new_block_ids.append(None)
                 cached.num_computed_tokens.append(computed)
-                if rid in swapped_in:
+                if rid in swapped_in:  # a fresh block table, as for v1's resumed requests
                     cached.resumed_req_ids.add(rid)
+                    cached.new_block_ids.append(table)
+                else:
+                    cached.new_block_ids.append(table[self._known_blocks[rid]:] or None)
+            self._known_blocks[rid] = len(table)
         preempted_ids = set()
         for group in outs.preempted_seq_groups + outs.swapped_out_seq_groups:
             preempted_ids.add(group.request_id)
@@ -158,6 +175,7 @@ class V0SchedulerAdapter:
             finished_req_ids=finished,
             preempted_req_ids=preempted_ids,
             step_index=self.step_index,
+            partial_prefill_req_ids=partial,
         )
         self._in_flight = (out, metadata, outs)
         self.last_scheduler_outputs = outs
@@ -209,6 +227,7 @@ class V0SchedulerAdapter:
             outputs.append(EngineCoreOutput(group.request_id, [], "length"))
             finished_ids.add(group.request_id)
         self.last_iteration = self.make_stats(self.now, num_prompt_tokens, num_generation_tokens, outs.preempted)
+        self.stat_logger.record(num_prompt_tokens, num_generation_tokens)
         return {0: EngineCoreOutputs(outputs=outputs, finished_requests=finished_ids)}
 
     @staticmethod
@@ -239,6 +258,13 @@ class V0SchedulerAdapter:
     def get_num_free_cpu_blocks(self) -> int:
         return self.scheduler.block_manager.get_num_free_cpu_blocks()
 
+    def get_request_counts(self) -> tuple[int, int]:
+        """(running, waiting) like v1's; swapped requests are in neither."""
+        return self.num_running, self.num_waiting
+
+    def get_kv_cache_usage(self) -> float:
+        return self.gpu_cache_usage
+
     @property
     def gpu_cache_usage(self) -> float:
         """`vllm:gpu_cache_usage_perc`: a fraction in [0, 1], as vLLM exports it."""
@@ -259,11 +285,9 @@ class V0SchedulerAdapter:
                        self.cpu_cache_usage, num_prompt_tokens_iter, num_generation_tokens_iter, num_preemption_iter)
 
     def log_stats(self, now: float) -> str | None:
-        """Feed the last step's counts to the 5 s periodic logger; returns the line if one was logged."""
-        stats = self.last_iteration
-        stats.now = now
-        return self.stat_logger.log(self.make_stats(now, stats.num_prompt_tokens_iter,
-                                                    stats.num_generation_tokens_iter, stats.num_preemption_iter))
+        """Log the periodic stats line if more than 5 s passed since the last one
+        (counts are recorded by every `update_from_output`); returns the line."""
+        return self.stat_logger.maybe_log(self.make_stats(now))
 
     def metrics(self) -> dict[str, float]:
         """The v0 gauges and counter under vLLM's metric names."""
@@ -285,6 +309,15 @@ class V0SchedulerAdapter:
             "num_ignored_prompts": s.num_ignored_seq_groups,
             "starvation": s.starvation.to_dict(),
         }
+
+    def get_counters(self) -> dict[str, int]:
+        """`counters()` flattened to ints for reports: starvation counters get a
+        `starvation_` prefix; the per-request blocker map is left out."""
+        flat = {k: v for k, v in self.counters().items() if k != "starvation"}
+        for k, v in self.scheduler.starvation.to_dict().items():
+            if isinstance(v, int):
+                flat[f"starvation_{k}"] = v
+        return flat
 
     def diagnose(self) -> tuple[str, str]:
         return diagnose(self.scheduler.starvation)

@@ -2,8 +2,8 @@
 `%`-formats as vLLM) and a periodic stats logger driven by a time passed in.
 
 Everything is emitted through Python `logging` under the logger name "vllm.v0";
-the runtime decides when (e.g. `V0StatLogger.log(now, ...)` every step, which
-prints once per 5 s interval like vLLM's `LoggingStatLogger`).
+the runtime decides when (e.g. `V0StatLogger.maybe_log(stats)` after every step,
+which prints once per 5 s interval like vLLM's `LoggingStatLogger`).
 """
 
 from __future__ import annotations
@@ -82,8 +82,9 @@ class V0Stats:
 
 
 class V0StatLogger:
-    """vLLM's `LoggingStatLogger`: accumulates token counts every step and logs the
-    stats line when more than `local_interval` seconds passed since the last line."""
+    """vLLM's `LoggingStatLogger`: token counts are recorded every step, and the
+    stats line is logged when more than `local_interval` seconds passed since the
+    last line (throughput = tokens recorded since then / elapsed time)."""
 
     def __init__(self, start_time: float, local_interval: float = LOCAL_LOGGING_INTERVAL_SEC,
                  log: logging.Logger | None = None) -> None:
@@ -95,10 +96,12 @@ class V0StatLogger:
         self.num_generation_tokens: list[int] = []
         self._logger = log or logger
 
-    def log(self, stats: V0Stats) -> str | None:
-        """Returns the line when one was emitted."""
-        self.num_prompt_tokens.append(stats.num_prompt_tokens_iter)
-        self.num_generation_tokens.append(stats.num_generation_tokens_iter)
+    def record(self, num_prompt_tokens_iter: int, num_generation_tokens_iter: int) -> None:
+        self.num_prompt_tokens.append(num_prompt_tokens_iter)
+        self.num_generation_tokens.append(num_generation_tokens_iter)
+
+    def maybe_log(self, stats: V0Stats) -> str | None:
+        """Logs and returns the line when the interval has passed, else None."""
         elapsed = stats.now - self.last_local_log
         if not elapsed > self.local_interval:
             return None
@@ -110,3 +113,8 @@ class V0StatLogger:
         self.num_generation_tokens = []
         self.last_local_log = stats.now
         return line
+
+    def log(self, stats: V0Stats) -> str | None:
+        """vLLM's per-step call: record this step's counts, then maybe log."""
+        self.record(stats.num_prompt_tokens_iter, stats.num_generation_tokens_iter)
+        return self.maybe_log(stats)

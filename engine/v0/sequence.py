@@ -139,16 +139,17 @@ class SequenceGroup:
         return self.seqs[0]
 
     def get_seqs(self, status: SequenceStatus | None = None) -> list[Sequence]:
-        if status is None:
-            return list(self.seqs)
-        return [s for s in self.seqs if s.status == status]
+        seq = self.seqs[0]  # n=1; these three run for every group every step
+        if status is None or seq.status == status:
+            return [seq]
+        return []
 
     def num_seqs(self, status: SequenceStatus | None = None) -> int:
-        return len(self.get_seqs(status))
+        return 1 if status is None or self.seqs[0].status == status else 0
 
     def get_max_num_running_seqs(self) -> int:
         # n=1, best_of=1: the number of unfinished sequences (vLLM's non-beam branch).
-        return sum(1 for s in self.seqs if not s.is_finished())
+        return 0 if self.seqs[0].status > SequenceStatus.SWAPPED else 1
 
     def update_num_computed_tokens(self, num_new_computed_tokens: int) -> None:
         for s in self.seqs:
@@ -159,7 +160,8 @@ class SequenceGroup:
         return sum(s.get_num_uncomputed_tokens() for s in self.seqs if not s.is_finished())
 
     def is_finished(self) -> bool:
-        return all(s.is_finished() for s in self.seqs)
+        # n=1: the group is finished when its one sequence is (hot: scanned every step).
+        return self.seqs[0].status > SequenceStatus.SWAPPED
 
     def is_prefill(self) -> bool:
         return self.seqs[0].is_prefill()

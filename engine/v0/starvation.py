@@ -11,8 +11,8 @@ head-of-line (HOL) — `_schedule_prefills` stopped (`break`) at a waiting head
   every request that does not fit (instead of stopping), admitting greedily
   against the step's remaining budget and the free GPU blocks above the
   watermark, with the scheduler's own rules (prompt limit, AllocStatus, chunking
-  to the remaining budget). `head_of_line_events` counts such steps,
-  `head_of_line_bypassable` the requests that scan admits (request-steps).
+  to the remaining budget). `head_of_line_events` counts such steps, `head_of_line_bypassable` the
+  requests that scan admits (request-steps).
 
 preempt-reinsert — each group preempted by RECOMPUTE goes back to the head of
   `waiting` (`extendleft`). `recompute_reinsertions` counts them;
@@ -27,6 +27,9 @@ swap-priority — a default (non-chunked) step skipped the prefill phase because
   (FCFS, stopping at the first misfit) would have admitted had `swapped` been
   empty. With chunked prefill, prefills always run: no events.
 
+Both probes scan at most `PROBE_SCAN_LIMIT` waiting requests, so a huge
+backlog costs a bounded amount per step.
+
 The diagnosis compares request-steps held back: `head_of_line_bypassable`,
 `recompute_overtaken` and `swap_priority_bypassable`; the largest names the
 dominant path (ties in that order).
@@ -35,6 +38,7 @@ dominant path (ties in that order).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Iterable
 
 from engine.v0.sequence import SequenceGroup, SequenceStatus
@@ -42,6 +46,9 @@ from engine.v0.sequence import SequenceGroup, SequenceStatus
 if TYPE_CHECKING:
     from engine.v0.scheduler import Scheduler
     from engine.v0.scheduler_outputs import SchedulingBudget
+
+# How deep a probe scans the waiting queue per step.
+PROBE_SCAN_LIMIT = 512
 
 HEAD_OF_LINE = "head-of-line"
 PREEMPT_REINSERT = "preempt-reinsert"
@@ -74,34 +81,29 @@ def _admissible(sched: "Scheduler", groups: Iterable[SequenceGroup], budget: "Sc
     """How many of `groups` a prefill pass would admit now, without admitting them."""
     bm = sched.block_manager
     free = bm.get_num_free_gpu_blocks()
-    tokens = budget.num_batched_tokens
-    seqs = budget.num_curr_seqs
+    total, watermark = bm.num_total_gpu_blocks, bm.watermark_blocks
+    token_budget, max_seqs = budget.token_budget, budget.max_num_seqs
+    tokens, seqs = budget.num_batched_tokens, budget.num_curr_seqs
+    prompt_limit = sched._get_prompt_limit()
     admitted = 0
-    for g in groups:
+    for g in islice(groups, PROBE_SCAN_LIMIT):
+        if tokens >= token_budget or seqs >= max_seqs or free - 1 < watermark:
+            break  # nothing else can fit: every request needs a token, a sequence slot and a block
         seq = g.seq
         if seq.status != SequenceStatus.WAITING:
             continue
         new_tokens = seq.get_num_new_tokens()
         if enable_chunking:
-            new_tokens = min(new_tokens, budget.token_budget - tokens)
+            new_tokens = min(new_tokens, token_budget - tokens)
         required = seq.n_blocks
-        fits = (new_tokens <= sched._get_prompt_limit(g)
-                and bm.num_total_gpu_blocks - required >= bm.watermark_blocks
-                and free - required >= bm.watermark_blocks
-                and new_tokens > 0
-                and tokens + new_tokens <= budget.token_budget
-                and seqs + 1 <= budget.max_num_seqs)
-        if fits:
+        ignored = new_tokens > prompt_limit or total - required < watermark  # dropped, never blocks
+        if not ignored and free - required >= watermark and tokens + new_tokens <= token_budget:
             admitted += 1
             free -= required
             tokens += new_tokens
             seqs += 1
-        elif stop_at_first_misfit:
-            # vLLM's pass drops over-long / NEVER prompts and continues; it stops otherwise.
-            if (new_tokens > sched._get_prompt_limit(g)
-                    or bm.num_total_gpu_blocks - required < bm.watermark_blocks):
-                continue
-            break
+        elif stop_at_first_misfit and not ignored:
+            break  # vLLM's own pass stops here
     return admitted
 
 
