@@ -11,7 +11,8 @@ oracle venv, v0_harness.run_ours here):
      "requests": [{"id", "prompt_len", "max_tokens", "arrival_step", "arrival_time"}, ...]}
 
 Requests are added before step `arrival_step`, in list order; `arrival_time`
-grows with the list (1 ms apart) so FCFS sorting agrees on both sides.
+grows with the list (1 ms apart, well above float resolution at vLLM's
+`time.time()`), with occasional exact ties that a stable sort keeps in order.
 Every request ignores EOS and the fake model always emits `token_id`, so a
 request ends by `max_tokens`, by exceeding `max_model_len`, or by being ignored.
 """
@@ -37,8 +38,11 @@ def _requests(rng: random.Random, n: int, block_size: int, max_model_len: int, m
         else:  # exact block multiples: appends that need a new block right away
             prompt_len = block_size * rng.randint(1, max(1, max_model_len // block_size))
         max_tokens = rng.randint(1, 12) if rng.random() < 0.7 else rng.randint(13, max_model_len)
+        arrival_time = round(step + 0.001 * (i + 1), 6)
+        if reqs and reqs[-1]["arrival_step"] == step and rng.random() < 0.15:
+            arrival_time = reqs[-1]["arrival_time"]  # a tie: both sides must keep add order (stable sort)
         reqs.append({"id": f"r{i}", "prompt_len": prompt_len, "max_tokens": max_tokens,
-                     "arrival_step": step, "arrival_time": round(step + 0.001 * (i + 1), 6)})
+                     "arrival_step": step, "arrival_time": arrival_time})
     return reqs
 
 
