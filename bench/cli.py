@@ -61,8 +61,13 @@ def cmd_run(args) -> int:
                   + (f" ({args.address})" if args.address else ""))
     if scenario.file.description:
         console.print(scenario.file.description.strip(), markup=False)
+    if args.log_stats:
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s %(message)s", datefmt="%m-%d %H:%M:%S")
     outcome = run_scenario(scenario, runtime=runtime, out_dir=out, console=console, address=args.address,
-                           debug_invariants=args.debug_invariants)
+                           debug_invariants=args.debug_invariants, metrics_port=args.metrics_port,
+                           log_interval=args.log_stats, hold_metrics=args.hold_metrics)
     clock = outcome.results[0]["clock"] if outcome.results else "?"
     console.print(f"clock: {clock} ({'virtual, deterministic' if clock == 'virtual' else 'wall, scaled by time_scale'})")
     return outcome.exit_code
@@ -111,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--repeats", type=int, help="override the number of repeats")
     r.add_argument("--out", help="output directory (default results/<scenario>-<time>)")
     r.add_argument("--debug-invariants", action="store_true", help="check block conservation after every step")
+    r.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve a Prometheus /metrics endpoint per node on 127.0.0.1 (0 = ephemeral; node i gets PORT+i)")
+    r.add_argument("--hold-metrics", type=float, default=0.0, metavar="S", help="keep /metrics up S seconds after each run")
+    r.add_argument("--log-stats", type=float, nargs="?", const=5.0, metavar="S",
+                   help="print vLLM-style stats lines per node every S seconds of the run's clock (default 5)")
     r.set_defaults(func=cmd_run)
     c = sub.add_parser("compare", help="compare results JSON files; thresholds set the exit code")
     c.add_argument("results", nargs="+")

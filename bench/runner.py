@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from rich.console import Console
 
@@ -36,7 +35,7 @@ class ScenarioOutcome:
 
 
 def run_one(scenario: Scenario, variant: str, repeat: int, runtime: str, ray_handle=None,
-            debug_invariants: bool = False) -> RunResult:
+            debug_invariants: bool = False, observer=None) -> RunResult:
     spec = scenario.cluster(variant)
     seed = scenario.file.seed + repeat
     workload, max_concurrency = scenario.workload(variant, seed)
@@ -44,7 +43,7 @@ def run_one(scenario: Scenario, variant: str, repeat: int, runtime: str, ray_han
     if runtime == "inproc":
         from cluster.inproc_cluster import InProcCluster
 
-        cluster = InProcCluster(spec, seed=seed, debug_invariants=debug_invariants)
+        cluster = InProcCluster(spec, seed=seed, debug_invariants=debug_invariants, observer=observer)
         cluster.submit(workload, max_concurrency)
         for fault in faults:
             cluster.kill_node_at(fault["kill"], float(fault["at"]))
@@ -54,6 +53,22 @@ def run_one(scenario: Scenario, variant: str, repeat: int, runtime: str, ray_han
     return run_ray(spec, workload, seed=seed, max_concurrency=max_concurrency, handle=ray_handle, faults=faults)
 
 
+def _observer_for(scenario: Scenario, variant: str, runtime: str, metrics_port, log_interval, console):
+    if metrics_port is None and not log_interval:
+        return None
+    if runtime != "inproc":
+        console.print("[yellow]live /metrics and log lines are served by the in-process runtime only; "
+                      "Ray nodes report their counters at the end of the run[/]")
+        return None
+    from .observe import LiveObserver
+
+    names = [spec.name for _, spec, _ in scenario.cluster(variant).node_specs()]
+    observer = LiveObserver(names, metrics_port=metrics_port, log_interval=log_interval)
+    if observer.urls:
+        console.print("metrics: " + ", ".join(f"{n} {u}" for n, u in observer.urls.items()))
+    return observer
+
+
 def run_scenario(
     scenario: Scenario,
     runtime: str | None = None,
@@ -61,7 +76,9 @@ def run_scenario(
     console: Console | None = None,
     address: str | None = None,
     debug_invariants: bool = False,
-    progress: Callable[[str], None] | None = None,
+    metrics_port: int | None = None,
+    log_interval: float | None = None,
+    hold_metrics: float = 0.0,
 ) -> ScenarioOutcome:
     console = console or Console()
     runtime = runtime or scenario.file.runtime
@@ -89,8 +106,18 @@ def run_scenario(
                 for repeat in range(scenario.file.repeats):
                     bar.update(task, description=f"{scenario.name}: {variant} r{repeat}")
                     t0 = time.monotonic()
-                    run = run_one(scenario, variant, repeat, runtime, handle, debug_invariants)
-                    wall = time.monotonic() - t0
+                    observer = _observer_for(scenario, variant, runtime, metrics_port, log_interval, console)
+                    try:
+                        run = run_one(scenario, variant, repeat, runtime, handle, debug_invariants, observer)
+                        wall = time.monotonic() - t0
+                        if observer is not None:
+                            observer.sync_counters(run.node_counters)
+                            if hold_metrics > 0:
+                                console.print(f"serving /metrics for {hold_metrics:g}s: " + ", ".join(observer.urls.values()))
+                                time.sleep(hold_metrics)
+                    finally:
+                        if observer is not None:
+                            observer.close()
                     outcome.runs[(variant, repeat)] = run
                     for err in run.invariant_errors:
                         outcome.invariant_errors.append(f"{variant} r{repeat}: {err}")

@@ -22,8 +22,12 @@ from engine.node_core import NodeCore
 
 
 class InProcCluster:
-    def __init__(self, spec: ClusterSpec, seed: int = 0, debug_invariants: bool = False, trace: bool = False) -> None:
+    def __init__(self, spec: ClusterSpec, seed: int = 0, debug_invariants: bool = False, trace: bool = False,
+                 observer=None) -> None:
+        """`observer` (optional) gets `on_step(StepRecord)` for every step of
+        every node and `on_request_finished(node_name, RequestRecord)`."""
         self.spec = spec
+        self.observer = observer
         self.seed = seed
         self.loop = EventLoop()
         self.cost_model = spec.cost()
@@ -57,6 +61,9 @@ class InProcCluster:
             Router(self.prefill_nodes, spec.routing, InProcNode.load) if self.prefill_nodes else None
         )
         self.decode_router = Router(self.decode_nodes, spec.routing, InProcNode.load)
+        if observer is not None:
+            for node in self.nodes.values():
+                node.core.engine.on_step = observer.on_step
         self.records: dict[str, RequestRecord] = {}
         self._workload: dict[str, WorkloadRequest] = {}
         self._decode_node_of: dict[str, InProcNode] = {}
@@ -167,6 +174,9 @@ class InProcCluster:
         rec.finish_time = self.loop.now
         rec.finish_reason = reason
         self._log("finish", request_id, reason, len(rec.output_token_ids))
+        if self.observer is not None:
+            node = self._decode_node_of.get(request_id)
+            self.observer.on_request_finished(node.name if node else "proxy", rec)
         self._in_flight -= 1
         if self._backlog:
             self._arrive(self._backlog.pop(0))

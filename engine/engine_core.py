@@ -47,6 +47,8 @@ class EngineCore:
         self.step_records: list[StepRecord] = []
         self.first_scheduled: dict[str, float] = {}
         self.num_steps = 0
+        # Live observation (metrics exporters, log lines) hooks in here.
+        self.on_step: Callable[[StepRecord], None] | None = None
 
     # ---------------------------------------------------------------- inputs
     def add_request(self, request: Request) -> None:
@@ -113,8 +115,7 @@ class EngineCore:
         s = self.scheduler
         so = plan.scheduler_output
         c = s.counters
-        self.step_records.append(
-            StepRecord(
+        record = StepRecord(
                 node=self.name,
                 time=now,
                 step_index=so.step_index,
@@ -132,4 +133,6 @@ class EngineCore:
                 num_preemptions_total=c.num_preemptions,
                 num_zero_progress_preemptions_total=c.num_zero_progress_preemptions,
             )
-        )
+        self.step_records.append(record)
+        if self.on_step is not None:
+            self.on_step(record)
