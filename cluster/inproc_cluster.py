@@ -111,7 +111,7 @@ class InProcCluster:
             self._send(node, self._make_request(w, max_tokens=w.output_len, params=None))
 
     def _make_request(self, w: WorkloadRequest, max_tokens: int, params: dict | None) -> Request:
-        sp = SamplingParams(max_tokens=max_tokens, ignore_eos=False)
+        sp = SamplingParams(max_tokens=max_tokens, ignore_eos=self.spec.sampler.ignore_eos)
         node_any = next(iter(self.nodes.values()))
         return Request(
             w.request_id,

@@ -1,7 +1,6 @@
-"""A node on the virtual clock: drives a `NodeCore` with a pipeline-parallel
-executor made of `pp_size` stages. A step takes each stage for its share of
-the modelled step time; stages work on different batches at once, so up to
-`max_concurrent_batches` steps are in flight."""
+"""A node on the virtual clock: drives a `NodeCore` through the engine loop
+and a `VirtualPipelineExecutor`; up to `max_concurrent_batches` steps are in
+flight, their outputs processed strictly in FIFO order."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from engine.outputs import EngineCoreOutput
 from engine.request import Request
 
 from .des import EventLoop
+from .inproc_executor import VirtualPipelineExecutor
 
 
 class InProcNode:
@@ -33,14 +33,12 @@ class InProcNode:
         self.cost_model = cost_model
         self.stage_link = stage_link
         self.on_outputs = on_outputs
-        self.pp = core.vllm_config.parallel_config.pipeline_parallel_size
-        self.stage_free_at = [0.0] * self.pp
+        self.executor = VirtualPipelineExecutor(loop, core.vllm_config.parallel_config.pipeline_parallel_size, stage_link)
         self.alive = True
         self.debug_invariants = debug_invariants
         self.start_pull: Callable = lambda spec: None
         self._done: dict[int, object] = {}
         self._kick_pending = False
-        self.busy_time = 0.0
 
     # -- inputs ---------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -81,18 +79,7 @@ class InProcNode:
             for spec in meta.reqs_to_recv.values():
                 self.core.runner.register_load(spec.request_id, spec.local_block_ids)
                 self.start_pull(spec)
-        duration = self.cost_model.step_time(plan.shape)
-        share = duration / self.pp
-        t = self.loop.now
-        for i in range(self.pp):
-            if i and self.stage_link is not None:
-                arrival = self.stage_link.transit(t, 4096)
-                t = arrival if arrival is not None else t  # stage links are reliable transports
-            start = max(t, self.stage_free_at[i])
-            t = start + share
-            self.stage_free_at[i] = t
-        self.busy_time += duration
-        self.loop.at(t, self._complete, plan)
+        self.executor.execute(plan, self.cost_model.step_time(plan.shape), self._complete)
 
     def _complete(self, plan: StepPlan) -> None:
         if not self.alive:

@@ -88,7 +88,9 @@ class LinksSpec(_Strict):
 
 class SamplerSettings(_Strict):
     seed: int = 0
+    # Chance that a sampled token is EOS; requests stop there unless ignore_eos.
     stop_probability: float = Field(0.0, ge=0.0, le=1.0)
+    ignore_eos: bool = False
 
 
 class ClusterSpec(_Strict):

@@ -151,3 +151,17 @@ def test_pipeline_parallel_decode_keeps_pp_batches_in_flight():
     result = run_inproc(spec, burst(32, out=32), seed=0)
     assert max(s.batches_in_flight for s in result.steps if s.node == "decode-0") == 4
     assert result.invariant_errors == []
+
+
+def test_stop_tokens_end_requests_early_unless_ignore_eos():
+    def run(ignore_eos):
+        spec = ClusterSpec.model_validate(
+            {"prefill": {"count": 1}, "decode": {"count": 1}, "sampler": {"stop_probability": 0.05, "ignore_eos": ignore_eos}}
+        )
+        return run_inproc(spec, burst(20, out=100), seed=0)
+
+    stopping, ignoring = run(False), run(True)
+    assert stopping.invariant_errors == [] and ignoring.invariant_errors == []
+    assert {r.finish_reason for r in stopping.requests} == {"stop", "length"}
+    assert {r.finish_reason for r in ignoring.requests} == {"length"}
+    assert all(len(r.output_token_ids) == 100 for r in ignoring.requests)

@@ -1,0 +1,136 @@
+"""The load driver and client of the Ray runtime, in the driver process.
+
+It releases the workload's requests at their arrival times (run seconds) to
+the proxy — all at once, or closed-loop with at most `max_concurrency` in
+flight — and reads the proxy's client stream, building one `RequestRecord`
+per request from the streamed events (times as the proxy stamped them).
+
+A watchdog ends the run when nothing has been heard for `stall_timeout_s`
+while requests are outstanding, or at the hard `timeout_s`: the run then
+reports those requests as not terminal instead of hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable
+
+from decode_node.wall_clock import RunClock
+from engine.records import RequestRecord, WorkloadRequest
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[dict], None]
+
+
+class LoadDriver:
+    def __init__(self, proxy, workload: list[WorkloadRequest], clock: RunClock, max_concurrency: int | None = None,
+                 progress: Progress | None = None) -> None:
+        if max_concurrency is not None and max_concurrency < 1:
+            raise ValueError(f"max_concurrency={max_concurrency} is invalid; allowed: >= 1 or None (open loop)")
+        self.proxy = proxy
+        self.workload = sorted(workload, key=lambda w: (w.arrival_time, w.request_id))
+        self.by_id = {w.request_id: w for w in workload}
+        self.clock = clock
+        self.max_concurrency = max_concurrency
+        self.progress = progress
+        self.records: dict[str, RequestRecord] = {}
+        self.released: set[str] = set()
+        self.finished = 0
+        self.in_flight = 0
+        self.last_event = 0.0
+        self.stalled = False
+        self.timed_out = False
+        self._backlog: list[WorkloadRequest] = []
+        self._all_done = asyncio.Event()
+        self._room = asyncio.Event()
+        if not workload:
+            self._all_done.set()
+
+    # -- releasing --------------------------------------------------------------
+    async def release_all(self) -> None:
+        i, n = 0, len(self.workload)
+        while i < n:
+            await self.clock.sleep_until(self.workload[i].arrival_time)
+            now = self.clock.now()
+            due = []
+            while i < n and self.workload[i].arrival_time <= now:
+                due.append(self.workload[i])
+                i += 1
+            self._backlog.extend(due)
+            self._release_backlog()
+
+    def _release_backlog(self) -> None:
+        batch = []
+        while self._backlog and (self.max_concurrency is None or self.in_flight < self.max_concurrency):
+            w = self._backlog.pop(0)
+            self.released.add(w.request_id)
+            self.in_flight += 1
+            batch.append((w.request_id, w.prompt_len, w.output_len, w.priority))
+        if batch:
+            self.last_event = self.clock.now()  # the stall watchdog counts from here
+            self.proxy.submit.remote(batch)
+
+    # -- the client stream ----------------------------------------------------------
+    async def consume(self, stream) -> None:
+        async for ref in stream:
+            self.handle(await ref)
+
+    def handle(self, events: list[tuple]) -> None:
+        self.last_event = self.clock.now()
+        records = self.records
+        finished_now = 0
+        for ev in events:
+            kind, rid = ev[0], ev[1]
+            if kind == "arrive":
+                w = self.by_id[rid]
+                records[rid] = RequestRecord(rid, ev[2], w.prompt_len, w.output_len, w.priority)
+                continue
+            rec = records.get(rid)
+            if rec is None or rec.finish_reason is not None:
+                continue
+            if kind == "tok":
+                rec.output_token_ids.extend(ev[2])
+                rec.token_times.extend([ev[3]] * len(ev[2]))
+            elif kind == "sched":
+                if rec.first_scheduled_time is None:
+                    rec.first_scheduled_time = ev[2]
+            elif kind == "kv":
+                if ev[2] == "start":
+                    rec.remote_kv_wait_start = ev[3]
+                else:
+                    rec.remote_kv_wait_end = ev[3]
+            elif kind == "fin":
+                rec.finish_reason, rec.finish_time, rec.num_preemptions = ev[2], ev[3], ev[4]
+                self.in_flight -= 1
+                self.finished += 1
+                finished_now += 1
+        if finished_now:
+            self._release_backlog()
+            if self.progress is not None:
+                self.progress({"finished": self.finished, "total": len(self.workload), "time": self.last_event})
+            if self.finished >= len(self.workload):
+                self._all_done.set()
+
+    # -- waiting ----------------------------------------------------------------------
+    async def wait_done(self, stall_timeout_s: float, timeout_s: float | None) -> bool:
+        """True when every request finished; False when the watchdog ended the run."""
+        start = self.clock.now()
+        while not self._all_done.is_set():
+            try:
+                await asyncio.wait_for(self._all_done.wait(), 0.25)
+            except asyncio.TimeoutError:
+                pass
+            now = self.clock.now()
+            if timeout_s is not None and now - start > timeout_s:
+                self.timed_out = True
+                logger.error("run timed out after %.1f s with %d of %d requests finished", now - start,
+                             self.finished, len(self.workload))
+                return False
+            if self.in_flight > 0 and now - self.last_event > stall_timeout_s:
+                self.stalled = True
+                logger.error("run stalled: nothing heard for %.1f s with %d request(s) in flight",
+                             now - self.last_event, self.in_flight)
+                return False
+        return True
