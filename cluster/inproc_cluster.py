@@ -157,6 +157,11 @@ class InProcCluster:
                         self._log("to_decode", out.request_id, dnode.name)
                         self._send(dnode, self._make_request(w, w.output_len, dict(out.kv_transfer_params)))
                     else:
+                        # The prompt's first token already ended it (EOS): no
+                        # handoff; the client gets that token from the prefill.
+                        if out.finish_reason == "stop":
+                            rec.output_token_ids.extend(out.new_token_ids)
+                            rec.token_times.extend([now] * len(out.new_token_ids))
                         self._finish(out.request_id, out.finish_reason or "error")
                 continue
             if rec.first_scheduled_time is None:
