@@ -156,7 +156,7 @@ def test_pipeline_parallel_decode_keeps_pp_batches_in_flight():
 def test_stop_tokens_end_requests_early_unless_ignore_eos():
     def run(ignore_eos):
         spec = ClusterSpec.model_validate(
-            {"prefill": {"count": 1}, "decode": {"count": 1}, "sampler": {"stop_probability": 0.05, "ignore_eos": ignore_eos}}
+            {"prefill": {"count": 1}, "decode": {"count": 1}, "sampler": {"stop_probability": 0.01, "ignore_eos": ignore_eos}}
         )
         return run_inproc(spec, burst(20, out=100), seed=0)
 
