@@ -1,20 +1,24 @@
-"""Wire framing (packing blocks into BlockChunks, reassembly) and the producer handler, no network."""
+"""Wire framing (encoding blocks into BlockChunks, reassembly) and the producer handler, no network."""
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
-from connector.grpc_server import InvalidPullError, KVHandoffHandler
-from connector.grpc_wire import (
-    MAX_CHUNK_BYTES,
-    MIN_CHUNK_BYTES,
+from connector.grpc_framing import (
     BlockAssembler,
     ChecksumMismatch,
     ProtocolError,
     WireBlock,
-    pack_chunks,
-    validate_chunk_bytes,
+    encode_chunks,
 )
+from connector.grpc_server import (
+    InvalidPullError,
+    KVHandoffHandler,
+    _KVHandoffServicer,
+    kv_handoff_rpc_handlers,
+)
+from connector.grpc_wire import MAX_CHUNK_BYTES, MIN_CHUNK_BYTES, validate_chunk_bytes
 from connector.payload import block_payload, checksum
 from connector.transport import InMemoryBlockSource, UnknownBlockError, UnknownRequestError
 from protos.disagg import kv_handoff_pb2 as pb
@@ -28,6 +32,61 @@ def wire_blocks(sizes: list[int]) -> list[WireBlock]:
         data = block_payload("req", i, size, 1)
         out.append(WireBlock(block_id=100 + i, data=data, crc32=checksum(data)))
     return out
+
+
+def pack_chunks(blocks: list[WireBlock], max_chunk_bytes: int) -> list[pb.BlockChunk]:
+    """What the consumer sees: the encoder's bytes decoded by the generated code."""
+    return [pb.BlockChunk.FromString(raw) for raw in encode_chunks(blocks, max_chunk_bytes)]
+
+
+def reference_chunks(blocks: list[WireBlock], max_chunk_bytes: int) -> list[bytes]:
+    """The same framing built from protobuf messages and serialised by protobuf."""
+    chunks, chunk, room = [], pb.BlockChunk(), max_chunk_bytes
+    for index, (block_id, data, crc32) in enumerate(blocks):
+        offset = 0
+        while True:
+            take = min(room, len(data) - offset)
+            chunk.pieces.add(
+                block_id=block_id, block_index=index, block_bytes=len(data), crc32=crc32,
+                offset=offset, data=data[offset : offset + take],
+            )
+            offset, room = offset + take, room - take
+            if room == 0:
+                chunks.append(chunk.SerializeToString())
+                chunk, room = pb.BlockChunk(), max_chunk_bytes
+            if offset >= len(data):
+                break
+    if chunk.pieces:
+        chunks.append(chunk.SerializeToString())
+    return chunks
+
+
+def test_encoder_writes_exactly_what_protobuf_serialises():
+    cases = [
+        ([1 * KiB] * 10, 4 * KiB),
+        ([10 * KiB], 4 * KiB),
+        ([3000, 9000, 0, 100, 4096, 5000, 1], 4096),
+        ([300_000, 5, 70_000], 128 * KiB),  # multi-byte varints for sizes and offsets
+    ]
+    for sizes, cap in cases:
+        blocks = wire_blocks(sizes)
+        assert list(encode_chunks(blocks, cap)) == reference_chunks(blocks, cap), (sizes, cap)
+    # zero-valued fields are left off the wire, as proto3 does
+    zero = [WireBlock(block_id=0, data=b"abc", crc32=0), WireBlock(block_id=2**32 - 1, data=b"", crc32=0)]
+    assert list(encode_chunks(zero, 4096)) == reference_chunks(zero, 4096)
+
+
+def test_encoder_accepts_a_lazy_iterable():
+    blocks = wire_blocks([5000, 5000])
+    assert list(encode_chunks(iter(blocks), 4096)) == reference_chunks(blocks, 4096)
+
+
+def test_the_servicer_registers_every_rpc_of_the_service():
+    service = pb.DESCRIPTOR.services_by_name["KVHandoff"]
+    handlers = kv_handoff_rpc_handlers(_KVHandoffServicer(make_handler()))
+    for method in service.methods:
+        call = SimpleNamespace(method=f"/{service.full_name}/{method.name}")
+        assert handlers.service(call) is not None, f"{method.name} is not served"
 
 
 def layout(chunks: list[pb.BlockChunk]) -> list[list[tuple[int, int, int]]]:

@@ -1,7 +1,5 @@
 """The committed generated code matches the .proto, and the contract's shape is pinned."""
 
-from pathlib import Path
-
 from protos.disagg import kv_handoff_pb2 as pb
 from protos.generate import PROTO_FILES, REPO_ROOT, generate, generated_paths
 

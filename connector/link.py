@@ -1,0 +1,245 @@
+"""A seeded model of one network link: delay, jitter, bandwidth, loss, outages.
+
+This kernel has no netem, so every impairment is applied in the application.
+The model here is pure and synchronous — time is a float in seconds handed in
+by the caller — so the same code serves the in-process virtual-clock runtime
+(which feeds it virtual time) and the gRPC interceptor in `grpc_link.py`
+(which feeds it wall time and sleeps until the returned arrival).
+
+Each direction of a link is a FIFO delay line. A message of `nbytes` sent at
+`now` is serialised onto the wire once the wire is free, then propagates for
+a sampled delay:
+
+    tx_start = max(wire_free, now)
+    wire_free = tx_start + nbytes / bandwidth
+    arrival  = max(wire_free + sampled_delay, previous_arrival)
+
+The last clamp keeps arrivals in send order (a TCP stream never reorders), so
+jitter can only bunch messages up, never swap them. This is the rule measured
+in platform-notes.md ("release = max(link free + bytes/bandwidth, now) +
+sampled delay, never before the previous release"), written so that a message
+sent to an idle wire still pays its own serialisation time.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any, Literal
+
+JitterDistribution = Literal["normal", "uniform"]
+_JITTER_DISTRIBUTIONS = ("normal", "uniform")
+
+# Bandwidth is in decimal megabytes per second: 1 MB = 10**6 bytes.
+BYTES_PER_MB = 1_000_000
+
+
+class Direction(str, Enum):
+    """Which way a message travels. FORWARD is client → server (requests)."""
+
+    FORWARD = "forward"
+    REVERSE = "reverse"
+
+
+def _require_number(field_name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"LinkSpec.{field_name} must be a number, got {value!r}")
+    if math.isnan(value):
+        raise ValueError(f"LinkSpec.{field_name} must be a number, got NaN")
+    return float(value)
+
+
+def _require_finite_at_least_zero(field_name: str, value: Any) -> float:
+    number = _require_number(field_name, value)
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"LinkSpec.{field_name} must be a finite number >= 0, got {value!r}")
+    return number
+
+
+def _normalise_outages(value: Any) -> tuple[tuple[float, float], ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ValueError(
+            f"LinkSpec.outages must be a list of (start_s, end_s) windows, got {value!r}"
+        )
+    windows = []
+    for i, window in enumerate(value):
+        try:
+            start, end = window
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"LinkSpec.outages[{i}] must be a (start_s, end_s) pair, got {window!r}"
+            ) from None
+        start = _require_number(f"outages[{i}].start_s", start)
+        end = _require_number(f"outages[{i}].end_s", end)
+        if not (0 <= start < end) or math.isinf(start):
+            raise ValueError(
+                f"LinkSpec.outages[{i}] must satisfy 0 <= start_s < end_s "
+                f"(end_s may be inf), got ({start!r}, {end!r})"
+            )
+        windows.append((start, end))
+    return tuple(windows)
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """Impairments of one link direction. The default is a perfect link.
+
+    delay_ms: one-way propagation delay, milliseconds, >= 0.
+    jitter_ms: spread of the delay, >= 0. For "normal" it is the standard
+        deviation (the sample is clipped at 0, never negative); for "uniform"
+        the delay is drawn from [delay_ms - jitter_ms, delay_ms + jitter_ms],
+        also clipped at 0.
+    bandwidth_MBps: serialisation rate in decimal megabytes per second
+        (10**6 bytes/s); None means unlimited.
+    loss: probability in [0, 1) that a message is dropped.
+    outages: (start_s, end_s) windows, half-open, in seconds since the link's
+        epoch; every message sent inside one is dropped.
+    """
+
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+    jitter_distribution: JitterDistribution = "normal"
+    bandwidth_MBps: float | None = None
+    loss: float = 0.0
+    outages: tuple[tuple[float, float], ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        # Frozen: normalised values are written through object.__setattr__.
+        set_ = object.__setattr__
+        set_(self, "delay_ms", _require_finite_at_least_zero("delay_ms", self.delay_ms))
+        set_(self, "jitter_ms", _require_finite_at_least_zero("jitter_ms", self.jitter_ms))
+        if self.jitter_distribution not in _JITTER_DISTRIBUTIONS:
+            raise ValueError(
+                f"LinkSpec.jitter_distribution must be one of {_JITTER_DISTRIBUTIONS}, "
+                f"got {self.jitter_distribution!r}"
+            )
+        if self.bandwidth_MBps is not None:
+            bandwidth = _require_number("bandwidth_MBps", self.bandwidth_MBps)
+            if not (bandwidth > 0 and math.isfinite(bandwidth)):
+                raise ValueError(
+                    "LinkSpec.bandwidth_MBps must be None (unlimited) or a finite number > 0, "
+                    f"got {self.bandwidth_MBps!r}"
+                )
+            set_(self, "bandwidth_MBps", bandwidth)
+        loss = _require_number("loss", self.loss)
+        if not 0 <= loss < 1:
+            raise ValueError(f"LinkSpec.loss must be in [0, 1), got {self.loss!r}")
+        set_(self, "loss", loss)
+        set_(self, "outages", _normalise_outages(self.outages))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LinkSpec":
+        """Build from a scenario-file mapping; unknown keys are an error."""
+        allowed = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(allowed))
+        if unknown:
+            raise ValueError(f"LinkSpec: unknown field(s) {unknown}; allowed: {allowed}")
+        return cls(**data)
+
+    @property
+    def is_ideal(self) -> bool:
+        """True when the link adds nothing: no delay, no cap, no loss, no outage."""
+        return (
+            self.delay_ms == 0
+            and self.jitter_ms == 0
+            and self.bandwidth_MBps is None
+            and self.loss == 0
+            and not self.outages
+        )
+
+    def in_outage(self, t: float) -> bool:
+        return any(start <= t < end for start, end in self.outages)
+
+
+class DelayLine:
+    """One direction of a link: a FIFO wire with its own random stream."""
+
+    def __init__(self, spec: LinkSpec, rng: random.Random) -> None:
+        self.spec = spec
+        self._rng = rng
+        self._bytes_per_s = (
+            None if spec.bandwidth_MBps is None else spec.bandwidth_MBps * BYTES_PER_MB
+        )
+        self._wire_free = -math.inf
+        self._last_arrival = -math.inf
+        self.sent = 0
+        self.lost = 0
+        self.delivered_bytes = 0
+
+    def transit(self, now: float, nbytes: int) -> float | None:
+        """Arrival time of a message sent at `now`, or None when it is lost."""
+        if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+            raise ValueError(f"transit: now must be a finite time in seconds, got {now!r}")
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+            raise ValueError(f"transit: nbytes must be an int >= 0, got {nbytes!r}")
+        self.sent += 1
+        # A fixed number of draws per message, lost or not, so the delay of
+        # message k does not depend on the loss rate or on the outage windows.
+        loss_draw = self._rng.random()
+        delay_s = self._sample_delay_ms() / 1000.0
+        if loss_draw < self.spec.loss or self.spec.in_outage(now):
+            # Dropped before it reaches the wire (like netem's loss): it does
+            # not occupy bandwidth.
+            self.lost += 1
+            return None
+        tx_start = max(self._wire_free, now)
+        self._wire_free = (
+            tx_start if self._bytes_per_s is None else tx_start + nbytes / self._bytes_per_s
+        )
+        arrival = max(self._wire_free + delay_s, self._last_arrival)
+        self._last_arrival = arrival
+        self.delivered_bytes += nbytes
+        return arrival
+
+    def _sample_delay_ms(self) -> float:
+        spec = self.spec
+        if spec.jitter_distribution == "normal":
+            # One uniform pair through Box-Muller keeps the draw count fixed.
+            u1 = 1.0 - self._rng.random()  # (0, 1]: log is finite
+            u2 = self._rng.random()
+            z = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
+            sample = spec.delay_ms + spec.jitter_ms * z
+        else:
+            sample = spec.delay_ms + spec.jitter_ms * (2.0 * self._rng.random() - 1.0)
+        return max(0.0, sample)
+
+
+class Link:
+    """A two-way link: one delay line per direction, each with its own seeded stream.
+
+    `reverse_spec` makes the link asymmetric; by default both directions share
+    `spec`. Same (spec, seed) → the same sequence of drops and arrival times.
+    """
+
+    def __init__(self, spec: LinkSpec, seed: int = 0, reverse_spec: LinkSpec | None = None) -> None:
+        if not isinstance(spec, LinkSpec):
+            raise ValueError(f"Link: spec must be a LinkSpec, got {type(spec).__name__}")
+        if reverse_spec is not None and not isinstance(reverse_spec, LinkSpec):
+            raise ValueError(
+                f"Link: reverse_spec must be a LinkSpec or None, got {type(reverse_spec).__name__}"
+            )
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"Link: seed must be an int, got {seed!r}")
+        self.seed = seed
+        # String seeds go through SHA-512 in `random`, so streams are stable
+        # across processes (unlike hash()) and independent per direction.
+        self.forward = DelayLine(spec, random.Random(f"disagg-link/{seed}/forward"))
+        self.reverse = DelayLine(
+            reverse_spec or spec, random.Random(f"disagg-link/{seed}/reverse")
+        )
+
+    def line(self, direction: Direction | str) -> DelayLine:
+        return self.forward if Direction(direction) is Direction.FORWARD else self.reverse
+
+    def transit(
+        self, now: float, nbytes: int, direction: Direction | str = Direction.FORWARD
+    ) -> float | None:
+        """Arrival time of `nbytes` sent at `now` in `direction`; None when lost."""
+        return self.line(direction).transit(now, nbytes)
+
+    @property
+    def is_ideal(self) -> bool:
+        return self.forward.spec.is_ideal and self.reverse.spec.is_ideal

@@ -1,0 +1,1 @@
+"""Generated code for the `disagg` proto package (see protos/generate.py)."""
