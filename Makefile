@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv oracle conformance bench clean
+.PHONY: run test venv conformance conformance-v0 bench clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,8 +25,14 @@ test: $(STAMP)
 conformance: $(STAMP)
 	bash tools/conformance.sh
 
+# The same for the legacy v0 scheduler against vLLM 0.5.3.post1.
+conformance-v0: $(STAMP)
+	bash tools/conformance_v0.sh
+
 bench: $(STAMP)
-	$(PY) -m benchmarks.run_all
+	$(PY) -m benchmarks.sched_step_cost
+	$(PY) -m benchmarks.inproc_speed
+	$(PY) -m benchmarks.kv_handoff
 
 clean:
 	rm -rf $(VENV) .pytest_cache
