@@ -1,6 +1,10 @@
 """A deterministic sampler: the token at a position depends only on (seed,
-request id, position), so a recomputed request reproduces its tokens and the
-client can check every token it receives."""
+request id, position), so a recomputed request reproduces its tokens, every
+process agrees on them, and the client can check every token it receives.
+
+The request id is hashed once (blake2b, stable across processes); each
+position then goes through a splitmix64 finaliser, which is cheap enough for
+the per-token hot path."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import hashlib
 
 EOS_TOKEN_ID = 2
 VOCAB_SIZE = 32000
+_MASK64 = (1 << 64) - 1
 
 
 class DeterministicSampler:
@@ -18,10 +23,25 @@ class DeterministicSampler:
         self.stop_probability = stop_probability
         self.eos_token_id = eos_token_id
         self._threshold = int(stop_probability * (1 << 64))
+        self._bases: dict[str, int] = {}
+
+    def _base(self, request_id: str) -> int:
+        base = self._bases.get(request_id)
+        if base is None:
+            digest = hashlib.blake2b(f"{self.seed}/{request_id}".encode(), digest_size=8).digest()
+            base = self._bases[request_id] = int.from_bytes(digest, "little")
+        return base
 
     def token_at(self, request_id: str, position: int) -> int:
-        digest = hashlib.blake2b(f"{self.seed}/{request_id}/{position}".encode(), digest_size=16).digest()
-        if int.from_bytes(digest[:8], "little") < self._threshold:
+        z = (self._base(request_id) + (position + 1) * 0x9E3779B97F4A7C15) & _MASK64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+        z ^= z >> 31
+        if z < self._threshold:
             return self.eos_token_id
         # Never collide with EOS by accident.
-        return 3 + int.from_bytes(digest[8:], "little") % (VOCAB_SIZE - 3)
+        return 3 + (z >> 16) % (VOCAB_SIZE - 3)
+
+    def forget(self, request_id: str) -> None:
+        """Drop a finished request's cached hash (long runs, many requests)."""
+        self._bases.pop(request_id, None)
