@@ -5,6 +5,7 @@ tools/conformance.sh).
     python tests/conformance/run_v1.py --count 1000 --first-seed 5000
     python tests/conformance/run_v1.py --scenario build/conformance/v1/rand-0042.repro.json
     python tests/conformance/run_v1.py --only rand-0042 --verbose
+    python tests/conformance/run_v1.py --record-golden      # refresh golden/v1_traces.json
 
 Exit status: 0 all matched, 1 mismatches or failed expectations, 2 oracle absent.
 For each mismatch class the first scenario is shrunk and written, with both
@@ -44,12 +45,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=v1_harness.DEFAULT_OUT, help="where repro files go")
     ap.add_argument("--no-shrink", action="store_true", help="dump failing scenarios unshrunk")
     ap.add_argument("--verbose", action="store_true", help="print every mismatch in full")
+    ap.add_argument(
+        "--record-golden",
+        action="store_true",
+        help=f"re-record vLLM's traces of the golden scenarios into {v1_harness.GOLDEN_FILE.relative_to(v1_harness.REPO)}",
+    )
     args = ap.parse_args(argv)
 
     reason = v1_harness.oracle_missing_reason()
     if reason:
         print(f"cannot run: {reason}; build it with bash tools/conformance.sh", file=sys.stderr)
         return 2
+
+    if args.record_golden:
+        path = v1_harness.record_golden()
+        print(f"recorded vLLM traces of the golden scenarios into {path}")
+        return 0
 
     if args.scenario:
         scenarios, expectations = _load_scenarios(args.scenario), {}

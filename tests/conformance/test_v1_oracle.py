@@ -68,6 +68,6 @@ def test_random_scenarios_exercise_preemption_fence_and_stops(harness_result):
     assert cov["preemption"] >= 80, cov
     assert cov["multi_victim_step"] >= 5, cov  # cascades under the pre-fix guard
     assert cov["deferred_free"] >= 60, cov
-    assert cov["fenced_retry_stop"] >= 10, cov
+    assert cov["empty_step_while_running"] >= 10, cov
     assert cov["prefill_chunks"] >= 60, cov
     assert cov["stop"] >= 40 and cov["length_cap"] >= 100 and cov["abort"] >= 20, cov
