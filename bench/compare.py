@@ -321,21 +321,35 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}" if abs(x) < 1e4 else f"{x:.0f}"
 
 
+def _cell_text(c: Cell) -> str:
+    text = f"{_fmt(c.mean)} ± {_fmt(c.std)}"
+    if c.ratio is not None:
+        text += f" (×{_fmt(c.ratio)})"
+    return text
+
+
 def format_compare_table(baseline: str, metrics: Sequence[str], table: dict[str, dict[str, Cell]]) -> Table:
-    t = Table(title=f"mean ± std over repeats; (×r) = paired ratio vs {baseline}")
+    """Variants side by side (one column each); with more than three variants
+    the table turns so that each variant is a row and it still fits a terminal."""
+    title = f"mean ± std over repeats; (×r) = paired ratio vs {baseline}"
+    if len(table) > 3:
+        t = Table(title=title)
+        t.add_column("variant", style="bold")
+        t.add_column("n", justify="right")
+        for m in metrics:
+            t.add_column(m, justify="right", overflow="fold")
+        for variant, row in table.items():
+            n = max((c.n for c in row.values()), default=0)
+            label = f"{escape(variant)}{' (baseline)' if variant == baseline else ''}"
+            t.add_row(label, str(n), *(_cell_text(row[m]) for m in metrics))
+        return t
+    t = Table(title=title)
     t.add_column("metric", style="bold")
     for variant in table:
         n = max((c.n for c in table[variant].values()), default=0)
         t.add_column(f"{escape(variant)}{' (baseline)' if variant == baseline else ''}\nn={n}", justify="right")
     for m in metrics:
-        cells = []
-        for variant in table:
-            c = table[variant][m]
-            text = f"{_fmt(c.mean)} ± {_fmt(c.std)}"
-            if c.ratio is not None:
-                text += f" (×{_fmt(c.ratio)})"
-            cells.append(text)
-        t.add_row(m, *cells)
+        t.add_row(m, *(_cell_text(table[variant][m]) for variant in table))
     return t
 
 
