@@ -6,12 +6,24 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from connector.link import LinkSpec
 from engine.config import CacheConfig, SchedulerConfig
 from engine.cost_model import COST_MODELS, CostModel, get_cost_model
 from engine.node_core import NodeSpec
+from engine.v0.config import SchedulerConfig as V0SchedulerConfig
+
+# v1 settings with the value that leaves them unused; a v0 node accepts only that.
+V1_ONLY_SETTINGS = {
+    "long_prefill_token_threshold": 0,
+    "policy": "fcfs",
+    "async_scheduling": False,
+    "preemption_guard": "fixed",
+    "fence": "auto",
+    "watermark": 0.0,
+    "scheduler_reserve_full_isl": True,
+}
 
 
 class _Strict(BaseModel):
@@ -35,9 +47,36 @@ class EngineSettings(_Strict):
     watermark: float = Field(0.0, ge=0.0, lt=1.0)
     scheduler_reserve_full_isl: bool = True
     kv_load_failure_policy: Literal["recompute", "fail"] = "recompute"
-    # v0 only: CPU swap space in blocks and the preemption mode.
+    # v0 only: CPU swap space in blocks and the preemption mode ("auto" is
+    # vLLM 0.5.3's: recompute for one-sequence requests, which all of ours are).
     num_cpu_blocks: int = Field(0, ge=0)
     preemption_mode: Literal["auto", "recompute", "swap"] = "auto"
+
+    @model_validator(mode="after")
+    def _settings_of_the_chosen_engine(self) -> "EngineSettings":
+        if self.engine == "v1":
+            if self.num_cpu_blocks or self.preemption_mode != "auto":
+                raise ValueError(f"num_cpu_blocks={self.num_cpu_blocks} / preemption_mode={self.preemption_mode!r} "
+                                 "are v0 settings; allowed with engine v1: 0 / 'auto'")
+            return self
+        for name, unused in V1_ONLY_SETTINGS.items():
+            if getattr(self, name) != unused:
+                raise ValueError(f"{name}={getattr(self, name)!r} is a v1 setting; allowed with engine v0: "
+                                 f"{unused!r} (vLLM 0.5.3's v0 scheduler has no such option)")
+        if self.preemption_mode == "swap" and self.num_cpu_blocks == 0:
+            raise ValueError("preemption_mode='swap' with num_cpu_blocks=0 is invalid: the first preemption would "
+                             "abort the engine (vLLM: 'lack of CPU swap space'); allowed: num_cpu_blocks >= 1")
+        self.v0_scheduler_config()  # vLLM 0.5.3's own rules, e.g. the token budget vs max_model_len
+        return self
+
+    def v0_scheduler_config(self) -> V0SchedulerConfig:
+        return V0SchedulerConfig(max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs,
+                                 max_model_len=self.max_model_len, enable_chunked_prefill=self.enable_chunked_prefill,
+                                 preemption_mode=self.v0_preemption_mode)
+
+    @property
+    def v0_preemption_mode(self) -> str | None:
+        return None if self.preemption_mode == "auto" else self.preemption_mode
 
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(
@@ -122,6 +161,19 @@ class ClusterSpec(_Strict):
             raise ValueError(f"decode.count={v.count} is invalid; allowed: >= 1 (decode nodes serve every request)")
         return v
 
+    @model_validator(mode="after")
+    def _v0_nodes_are_aggregated(self) -> "ClusterSpec":
+        for role, group in (("prefill", self.prefill), ("decode", self.decode)):
+            if group.count and group.engine.engine == "v0":
+                if self.disaggregated:
+                    raise ValueError(f"{role}.engine.engine='v0' is invalid in a disaggregated topology (prefill.count="
+                                     f"{self.prefill.count}); allowed: engine v0 with prefill.count 0 (v0 nodes "
+                                     "serve whole requests, without a KV connector)")
+                if group.pp_size != 1:
+                    raise ValueError(f"{role}.pp_size={group.pp_size} is invalid with engine v0; allowed: 1 (the v0 "
+                                     "engine runs one step at a time)")
+        return self
+
     @property
     def disaggregated(self) -> bool:
         return self.prefill.count > 0
@@ -149,6 +201,9 @@ class ClusterSpec(_Strict):
                             sampler_seed=self.sampler.seed,
                             stop_probability=self.sampler.stop_probability,
                             shadow_kv=self.shadow_kv,
+                            engine=e.engine,
+                            num_cpu_blocks=e.num_cpu_blocks,
+                            preemption_mode=e.v0_preemption_mode,
                         ),
                         group,
                     )

@@ -15,20 +15,47 @@ N+1 is scheduled before step N's output is processed — which arms the fence.
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable
+from typing import Callable, Protocol
 
 from .model_runner import SimModelRunner, StepPlan
-from .outputs import EngineCoreOutput, ModelRunnerOutput
+from .outputs import EngineCoreOutput, EngineCoreOutputs, ModelRunnerOutput, SchedulerOutput
 from .records import StepRecord
 from .request import Request, RequestStatus
-from .scheduler import Scheduler
+
+
+class EngineScheduler(Protocol):
+    """What the engine loop needs from a scheduler. The v1 `Scheduler` and the
+    legacy v0 scheduler's adapter (`engine.v0.V0SchedulerAdapter`) both provide it."""
+
+    def add_request(self, request: Request) -> None: ...
+    def finish_requests(self, request_ids, finished_status: RequestStatus): ...
+    def has_requests(self) -> bool: ...
+    def schedule(self) -> SchedulerOutput: ...
+    def update_from_output(self, scheduler_output: SchedulerOutput,
+                           model_runner_output: ModelRunnerOutput) -> dict[int, EngineCoreOutputs]: ...
+
+    # The time a step is scheduled at. v1 reads no clock; v0 orders `running`
+    # by `now - arrival_time` and logs its periodic stats line on this clock.
+    def advance_clock(self, now: float) -> None: ...
+
+    # An empty step is dropped unless its update produces something (v0: the
+    # outputs of prompts it ignored, or its preemptions to act on).
+    def step_needs_update(self, scheduler_output: SchedulerOutput) -> bool: ...
+
+    # The step records' numbers.
+    def get_request_counts(self) -> tuple[int, int]: ...
+    def num_waiting_for_remote_kvs(self) -> int: ...
+    def get_num_free_gpu_blocks(self) -> int: ...
+    def get_num_total_gpu_blocks(self) -> int: ...
+    def num_deferred_free_blocks(self) -> int: ...
+    def get_preemption_totals(self) -> tuple[int, int]: ...
 
 
 class EngineCore:
     def __init__(
         self,
         name: str,
-        scheduler: Scheduler,
+        scheduler: EngineScheduler,
         runner: SimModelRunner,
         max_concurrent_batches: int,
         worker_has_output: Callable[[], bool] = lambda: False,
@@ -75,17 +102,20 @@ class EngineCore:
 
         An empty step is queued like any other while a non-empty one is in
         flight (it occupies a queue slot, as in vLLM). When nothing is in
-        flight and the empty step carries nothing for the worker, it is
-        dropped and the engine goes idle until an external event: executing
-        it would change no state, and on a virtual clock it would spin.
+        flight and the empty step carries nothing for the worker, nor for the
+        scheduler's own update (`step_needs_update`: v0's ignored prompts and
+        self-preemptions), it is dropped and the engine goes idle until an
+        external event: executing it would change no state, and on a virtual
+        clock it would spin.
         """
         if self.queue_full or not self.scheduler.has_requests():
             return None
+        self.scheduler.advance_clock(now)
         so = self.scheduler.schedule()
         plan = self.runner.begin_step(so)
         if so.total_num_scheduled_tokens == 0 and not self._carries_work(plan) and not any(
             p.scheduler_output.total_num_scheduled_tokens for p in self.batch_queue
-        ):
+        ) and not self.scheduler.step_needs_update(so):
             return None
         self.batch_queue.append(plan)
         self.num_steps += 1
@@ -114,7 +144,8 @@ class EngineCore:
     def _record(self, now: float, plan: StepPlan) -> None:
         s = self.scheduler
         so = plan.scheduler_output
-        c = s.counters
+        num_running, num_waiting = s.get_request_counts()
+        num_preemptions, num_zero_progress = s.get_preemption_totals()
         record = StepRecord(
                 node=self.name,
                 time=now,
@@ -123,15 +154,15 @@ class EngineCore:
                 num_scheduled_tokens=so.total_num_scheduled_tokens,
                 num_prefill_tokens=plan.shape.prefill_tokens,
                 num_decode_tokens=plan.shape.decode_tokens,
-                num_running=len(s.running),
-                num_waiting=len(s.waiting) + len(s.kv_holding_waiting),
-                num_waiting_for_remote_kvs=s.num_waiting_for_remote_kvs() if s.connector is not None else 0,
-                num_free_blocks=s.kv_cache_manager.block_pool.get_num_free_blocks(),
-                num_deferred_blocks=c.deferred_free_blocks,
-                num_total_blocks=s.kv_cache_manager.block_pool.num_gpu_blocks - 1,
+                num_running=num_running,
+                num_waiting=num_waiting,
+                num_waiting_for_remote_kvs=s.num_waiting_for_remote_kvs(),
+                num_free_blocks=s.get_num_free_gpu_blocks(),
+                num_deferred_blocks=s.num_deferred_free_blocks(),
+                num_total_blocks=s.get_num_total_gpu_blocks(),
                 batches_in_flight=len(self.batch_queue),
-                num_preemptions_total=c.num_preemptions,
-                num_zero_progress_preemptions_total=c.num_zero_progress_preemptions,
+                num_preemptions_total=num_preemptions,
+                num_zero_progress_preemptions_total=num_zero_progress,
             )
         self.step_records.append(record)
         if self.on_step is not None:

@@ -1,11 +1,18 @@
 """The worker side of one node without a model: it keeps the per-request
 block tables the way vLLM's runner does (from `SchedulerOutput` deltas),
 gives each step its shape for the cost model, performs the shadow KV reads
-and writes when the step completes, and samples deterministic tokens."""
+and writes when the step completes, and samples deterministic tokens.
+
+With the v0 scheduler's swap space, it also does what vLLM v0's cache engine
+does before a step runs: copy swapped-out blocks' content to CPU blocks and
+swapped-in blocks' content back to (new) GPU blocks -- in the shadow store.
+v1's `SchedulerOutput` has no field for these copies; the runner asks the
+scheduler for them (`swaps`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .cost_model import StepShape
 from .outputs import KVConnectorOutput, ModelRunnerOutput, SchedulerOutput
@@ -29,15 +36,55 @@ class StepPlan:
     entries: list[tuple[str, list[int], int, int, bool]] = field(default_factory=list)
 
 
+# (blocks to swap out as (gpu, cpu) pairs, blocks to swap in as (cpu, gpu) pairs) of a step.
+SwapMappings = tuple[list[tuple[int, int]], list[tuple[int, int]]]
+
+
+class _CpuShadow:
+    """The shadow content of CPU (swap space) blocks: per CPU block, the slot
+    tags its GPU source held when it was swapped out."""
+
+    def __init__(self, shadow: ShadowKVStore) -> None:
+        self.shadow = shadow
+        self.slots: dict[int, list | None] = {}
+
+    def swap_out(self, mapping: list[tuple[int, int]]) -> None:
+        slots = self.shadow.slots
+        for gpu, cpu in mapping:
+            self.slots[cpu] = list(slots[gpu]) if slots[gpu] is not None else None
+
+    def swap_in(self, mapping: list[tuple[int, int]]) -> None:
+        """Runs after the GPU blocks were assigned to their request, so the
+        copied tags count as that request's content (or as foreign content,
+        if the block had been clobbered before it was swapped out)."""
+        sh = self.shadow
+        for cpu, gpu in mapping:
+            content = self.slots.pop(cpu, None)
+            owner = sh.owner[gpu]
+            sh.slots[gpu] = content
+            tags = [t for t in content or () if t is not None]
+            sh.owned[gpu] = sum(1 for t in tags if t[0] == owner)
+            sh.foreign[gpu] = len(tags) - sh.owned[gpu]
+
+
 class SimModelRunner:
-    def __init__(self, sampler: DeterministicSampler, shadow: ShadowKVStore | None = None) -> None:
+    def __init__(self, sampler: DeterministicSampler, shadow: ShadowKVStore | None = None,
+                 swaps: Callable[[SchedulerOutput], SwapMappings] | None = None) -> None:
         self.sampler = sampler
         self.shadow = shadow
         self.requests: dict[str, _ReqState] = {}
+        # Only a scheduler with swap space (v0) gives swaps.
+        self.swaps = swaps
+        self.cpu_shadow = _CpuShadow(shadow) if shadow is not None and swaps is not None else None
 
     def begin_step(self, so: SchedulerOutput) -> StepPlan:
         reqs = self.requests
         shadow = self.shadow
+        swap_in: list[tuple[int, int]] = []
+        if self.cpu_shadow is not None:
+            swap_out, swap_in = self.swaps(so)
+            if swap_out:  # before this step's new owners take the freed GPU blocks over
+                self.cpu_shadow.swap_out(swap_out)
         # Preempted requests keep their state (vLLM's runner does too): they
         # come back as resumed requests with a fresh block table.
         for req_id in so.finished_req_ids:
@@ -62,6 +109,9 @@ class SimModelRunner:
                 if shadow is not None:
                     shadow.assign(new_ids, req_id)
             computed_before[req_id] = cached.num_computed_tokens[i]
+
+        if swap_in:  # after the resumed requests' fresh tables were assigned
+            self.cpu_shadow.swap_in(swap_in)
 
         prefill = decode = context = 0
         partial = so.partial_prefill_req_ids

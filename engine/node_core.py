@@ -1,6 +1,10 @@
 """One serving node as a plain object: scheduler + connector (scheduler side)
 + engine loop + model runner + the worker side's KV completion sets. Both
-runtimes drive this same class; only time and transport differ."""
+runtimes drive this same class; only time and transport differ.
+
+`engine: "v0"` runs vLLM 0.5.3's legacy scheduler (`engine.v0`) instead of the
+v1 one: no connector (aggregated topologies only), one step in flight, and
+swap space (`num_cpu_blocks`) that the model runner copies shadow KV through."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from .outputs import KVConnectorOutput
 from .sampler import DeterministicSampler
 from .scheduler import create_scheduler_for
 from .shadow_kv import ShadowKVStore
+from .v0.node_setup import create_v0_scheduler
 
 
 @dataclass
@@ -30,6 +35,17 @@ class NodeSpec:
     stop_probability: float = 0.0
     shadow_kv: bool = True
     address: str = ""
+    # "v1" or "v0" (vLLM 0.5.3's legacy scheduler); the next two are v0 only.
+    engine: str = "v1"
+    num_cpu_blocks: int = 0  # swap space, in blocks
+    preemption_mode: str | None = None  # None (vLLM's auto), "recompute" or "swap"
+
+    def __post_init__(self) -> None:
+        if self.engine not in ("v1", "v0"):
+            raise ValueError(f"node {self.name!r}: engine={self.engine!r} is invalid; allowed: 'v1' or 'v0'")
+        if self.engine == "v1" and (self.num_cpu_blocks or self.preemption_mode is not None):
+            raise ValueError(f"node {self.name!r}: num_cpu_blocks={self.num_cpu_blocks!r} and preemption_mode="
+                             f"{self.preemption_mode!r} are v0 settings; allowed with engine v1: 0 and null")
 
     def vllm_config(self) -> VllmConfig:
         return VllmConfig(
@@ -50,16 +66,26 @@ class NodeCore:
         self.name = spec.name
         self.vllm_config = spec.vllm_config()
         ktc = self.vllm_config.kv_transfer_config
-        self.connector = PDConnector(ktc, engine_address=spec.address) if ktc else None
-        self.scheduler = create_scheduler_for(self.vllm_config, self.connector)
+        self.is_v0 = spec.engine == "v0"
+        if self.is_v0:
+            self.connector = None
+            self.scheduler = create_v0_scheduler(spec.name, spec.kv_role, spec.scheduler, spec.cache,
+                                                 spec.pipeline_parallel_size, spec.num_cpu_blocks,
+                                                 spec.preemption_mode)
+            depth = 1  # v0 has no batch queue
+        else:
+            self.connector = PDConnector(ktc, engine_address=spec.address) if ktc else None
+            self.scheduler = create_scheduler_for(self.vllm_config, self.connector)
+            depth = self.vllm_config.max_concurrent_batches
         self.sampler = DeterministicSampler(spec.sampler_seed, spec.stop_probability)
         self.shadow = ShadowKVStore(spec.cache.num_gpu_blocks, spec.cache.block_size) if spec.shadow_kv else None
-        self.runner = SimModelRunner(self.sampler, self.shadow)
+        swaps = self.scheduler.get_swap_mappings if self.is_v0 and spec.num_cpu_blocks else None
+        self.runner = SimModelRunner(self.sampler, self.shadow, swaps)
         self.engine = EngineCore(
             spec.name,
             self.scheduler,
             self.runner,
-            self.vllm_config.max_concurrent_batches,
+            depth,
             worker_has_output=self.has_worker_output,
         )
         # Worker-side completion sets, reported with the next finished step.
@@ -112,6 +138,9 @@ class NodeCore:
         return c
 
     def check_block_conservation(self) -> None:
+        if self.is_v0:
+            self.scheduler.check_block_conservation(self.name)
+            return
         pool = self.scheduler.kv_cache_manager.block_pool
         kvm = self.scheduler.kv_cache_manager
         free = pool.get_num_free_blocks()

@@ -122,7 +122,27 @@ class Scheduler(OutputProcessorMixin):
         return self.kv_cache_manager.usage
 
     def num_waiting_for_remote_kvs(self) -> int:
+        if self.connector is None:  # only a connector's async load puts a request in that state
+            return 0
         return sum(1 for r in self.kv_holding_waiting if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS)
+
+    # ----------------------------------------- the engine loop's scheduler protocol
+    def advance_clock(self, now: float) -> None:
+        """v1 schedules without a clock (the v0 scheduler needs one)."""
+
+    def step_needs_update(self, scheduler_output: SchedulerOutput) -> bool:
+        """An empty v1 step changes nothing its update would report."""
+        return False
+
+    def get_num_free_gpu_blocks(self) -> int:
+        return self.kv_cache_manager.block_pool.get_num_free_blocks()
+
+    def get_num_total_gpu_blocks(self) -> int:
+        return self.kv_cache_manager.block_pool.num_gpu_blocks - 1  # without the null block
+
+    def get_preemption_totals(self) -> tuple[int, int]:
+        """(preemptions, zero-progress preemptions) so far."""
+        return self.counters.num_preemptions, self.counters.num_zero_progress_preemptions
 
     # ------------------------------------------------------------------ fence
     def _request_blocks_can_be_freed(self, request: Request) -> bool:

@@ -13,8 +13,6 @@ The rules a simulator must copy, because they decide admission and preemption:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-
 from engine.v0.sequence import Sequence, SequenceGroup, SequenceStatus
 
 
@@ -32,34 +30,33 @@ class Device(enum.Enum):
     CPU = enum.auto()
 
 
-@dataclass(eq=False)
-class PhysicalTokenBlock:
-    device: Device
-    block_number: int
-    ref_count: int = 0
-
-
 class UncachedBlockAllocator:
-    """A LIFO free list, like vLLM's: the last freed block is reused first."""
+    """A LIFO free list, like vLLM's: the last freed block is reused first.
+
+    Blocks are plain numbers (vLLM wraps them in `PhysicalTokenBlock`s); with
+    n=1 and no prefix caching a block has one owner, so a per-block
+    "allocated" flag stands in for the reference count and still catches a
+    double free."""
 
     def __init__(self, device: Device, num_blocks: int) -> None:
         self.device = device
         self.num_blocks = num_blocks
-        self.free_blocks = [PhysicalTokenBlock(device, i) for i in range(num_blocks)]
+        # vLLM builds the list in block order and pops from its end.
+        self.free_blocks: list[int] = list(range(num_blocks))
+        self._allocated = bytearray(num_blocks)
 
-    def allocate(self) -> PhysicalTokenBlock:
+    def allocate(self) -> int:
         if not self.free_blocks:
             raise ValueError(f"Out of memory! No free {self.device.name} blocks are available.")
         block = self.free_blocks.pop()
-        block.ref_count = 1
+        self._allocated[block] = 1
         return block
 
-    def free(self, block: PhysicalTokenBlock) -> None:
-        if block.ref_count == 0:
-            raise ValueError(f"Double free! {self.device.name} block {block.block_number} is already freed.")
-        block.ref_count -= 1
-        if block.ref_count == 0:
-            self.free_blocks.append(block)
+    def free(self, block: int) -> None:
+        if not self._allocated[block]:
+            raise ValueError(f"Double free! {self.device.name} block {block} is already freed.")
+        self._allocated[block] = 0
+        self.free_blocks.append(block)
 
     def get_num_free_blocks(self) -> int:
         return len(self.free_blocks)
@@ -68,7 +65,8 @@ class UncachedBlockAllocator:
         return self.num_blocks
 
 
-BlockTable = list[PhysicalTokenBlock]
+# A sequence's block numbers, in logical order, on the device its sequence is on.
+BlockTable = list[int]
 
 
 class BlockSpaceManagerV1:
@@ -83,6 +81,8 @@ class BlockSpaceManagerV1:
         self.gpu_allocator = UncachedBlockAllocator(Device.GPU, num_gpu_blocks)
         self.cpu_allocator = UncachedBlockAllocator(Device.CPU, num_cpu_blocks)
         self.block_tables: dict[int, BlockTable] = {}
+        # Sequences whose table holds CPU blocks (swapped out); all others are on the GPU.
+        self._on_cpu: set[int] = set()
 
     # -- admission -----------------------------------------------------------
     def num_required_blocks(self, seq_group: SequenceGroup) -> int:
@@ -98,27 +98,28 @@ class BlockSpaceManagerV1:
 
     def allocate(self, seq_group: SequenceGroup) -> None:
         seq = seq_group.get_seqs(status=SequenceStatus.WAITING)[0]
-        self.block_tables[seq.seq_id] = [self.gpu_allocator.allocate() for _ in range(seq.n_blocks)]
+        allocate = self.gpu_allocator.allocate
+        self.block_tables[seq.seq_id] = [allocate() for _ in range(seq.n_blocks)]
 
     # -- decode --------------------------------------------------------------
     def can_append_slots(self, seq_group: SequenceGroup) -> bool:
         # vLLM's "simple heuristic": one free block per running sequence,
         # whether or not the next token needs a new block.
-        return seq_group.num_seqs(status=SequenceStatus.RUNNING) <= self.gpu_allocator.get_num_free_blocks()
+        return seq_group.num_seqs(status=SequenceStatus.RUNNING) <= len(self.gpu_allocator.free_blocks)
 
     def append_slots(self, seq: Sequence) -> None:
         """Make room for the sequence's current length: at most one new block
         (n=1 never shares a block, so no copy-on-write)."""
         block_table = self.block_tables[seq.seq_id]
-        if len(block_table) < seq.n_blocks:
-            if len(block_table) != seq.n_blocks - 1:
-                raise AssertionError(
-                    f"sequence {seq.seq_id} needs {seq.n_blocks - len(block_table)} new blocks; v0 appends one")
+        missing = -(-seq._len // self.block_size) - len(block_table)
+        if missing > 0:
+            if missing != 1:
+                raise AssertionError(f"sequence {seq.seq_id} needs {missing} new blocks; v0 appends one")
             block_table.append(self.gpu_allocator.allocate())
 
     # -- swap ----------------------------------------------------------------
-    def _group_blocks(self, seq_group: SequenceGroup) -> list[PhysicalTokenBlock]:
-        blocks: list[PhysicalTokenBlock] = []
+    def _group_blocks(self, seq_group: SequenceGroup) -> list[int]:
+        blocks: list[int] = []
         for seq in seq_group.get_seqs():
             if not seq.is_finished():
                 blocks.extend(self.block_tables[seq.seq_id])
@@ -143,7 +144,7 @@ class BlockSpaceManagerV1:
         for block in self.block_tables[seq.seq_id]:
             to_block = dst.allocate()
             new_table.append(to_block)
-            mapping.append((block.block_number, to_block.block_number))
+            mapping.append((block, to_block))
             src.free(block)
         self.block_tables[seq.seq_id] = new_table
         return mapping
@@ -153,6 +154,7 @@ class BlockSpaceManagerV1:
         mapping: list[tuple[int, int]] = []
         for seq in seq_group.get_seqs(status=SequenceStatus.SWAPPED):
             mapping.extend(self._move(seq, self.cpu_allocator, self.gpu_allocator))
+            self._on_cpu.discard(seq.seq_id)
         return mapping
 
     def swap_out(self, seq_group: SequenceGroup) -> list[tuple[int, int]]:
@@ -160,6 +162,7 @@ class BlockSpaceManagerV1:
         mapping: list[tuple[int, int]] = []
         for seq in seq_group.get_seqs(status=SequenceStatus.RUNNING):
             mapping.extend(self._move(seq, self.gpu_allocator, self.cpu_allocator))
+            self._on_cpu.add(seq.seq_id)
         return mapping
 
     # -- free ----------------------------------------------------------------
@@ -167,14 +170,38 @@ class BlockSpaceManagerV1:
         block_table = self.block_tables.pop(seq.seq_id, None)
         if block_table is None:  # already freed, or never scheduled
             return
+        if seq.seq_id in self._on_cpu:
+            self._on_cpu.discard(seq.seq_id)
+            allocator = self.cpu_allocator
+        else:
+            allocator = self.gpu_allocator
         for block in block_table:
-            (self.gpu_allocator if block.device is Device.GPU else self.cpu_allocator).free(block)
+            allocator.free(block)
 
     def get_block_table(self, seq: Sequence) -> list[int]:
-        return [b.block_number for b in self.block_tables[seq.seq_id]]
+        """A copy of the sequence's block numbers (vLLM returns a fresh list too)."""
+        return list(self.block_tables[seq.seq_id])
 
     def get_num_free_gpu_blocks(self) -> int:
         return self.gpu_allocator.get_num_free_blocks()
 
     def get_num_free_cpu_blocks(self) -> int:
         return self.cpu_allocator.get_num_free_blocks()
+
+    def check_conservation(self) -> list[str]:
+        """Problems with the pools: every block either free or in exactly one
+        table of its device, and no block free twice. Empty when all is well."""
+        problems = []
+        for allocator, on_device in ((self.gpu_allocator, lambda sid: sid not in self._on_cpu),
+                                     (self.cpu_allocator, lambda sid: sid in self._on_cpu)):
+            held = [b for sid, table in self.block_tables.items() if on_device(sid) for b in table]
+            free = allocator.free_blocks
+            name = allocator.device.name
+            if len(free) != len(set(free)):
+                problems.append(f"a {name} block is in the free list twice (double free)")
+            if len(held) != len(set(held)):
+                problems.append(f"a {name} block is in two block tables")
+            if len(free) + len(held) != allocator.num_blocks or set(free) & set(held):
+                problems.append(f"{name} blocks not conserved: free {len(free)} + held {len(held)} != "
+                                f"{allocator.num_blocks}, or a held block is also free")
+        return problems

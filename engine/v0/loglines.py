@@ -92,25 +92,26 @@ class V0StatLogger:
             raise ValueError(f"local_interval={local_interval!r} is invalid; allowed: seconds > 0")
         self.last_local_log = start_time
         self.local_interval = local_interval
-        self.num_prompt_tokens: list[int] = []
-        self.num_generation_tokens: list[int] = []
+        # vLLM keeps per-step lists and sums them at log time; running sums are the same numbers.
+        self.num_prompt_tokens = 0
+        self.num_generation_tokens = 0
         self._logger = log or logger
 
     def record(self, num_prompt_tokens_iter: int, num_generation_tokens_iter: int) -> None:
-        self.num_prompt_tokens.append(num_prompt_tokens_iter)
-        self.num_generation_tokens.append(num_generation_tokens_iter)
+        self.num_prompt_tokens += num_prompt_tokens_iter
+        self.num_generation_tokens += num_generation_tokens_iter
 
     def maybe_log(self, stats: V0Stats) -> str | None:
         """Logs and returns the line when the interval has passed, else None."""
         elapsed = stats.now - self.last_local_log
         if not elapsed > self.local_interval:
             return None
-        line = format_engine_stats(sum(self.num_prompt_tokens) / elapsed, sum(self.num_generation_tokens) / elapsed,
+        line = format_engine_stats(self.num_prompt_tokens / elapsed, self.num_generation_tokens / elapsed,
                                    stats.num_running, stats.num_swapped, stats.num_waiting,
                                    stats.gpu_cache_usage, stats.cpu_cache_usage)
         self._logger.info(line)
-        self.num_prompt_tokens = []
-        self.num_generation_tokens = []
+        self.num_prompt_tokens = 0
+        self.num_generation_tokens = 0
         self.last_local_log = stats.now
         return line
 

@@ -27,6 +27,11 @@ class FCFS(Policy):
     def get_priority(self, now: float, seq_group: SequenceGroup) -> float:
         return now - seq_group.arrival_time
 
+    def sort_by_priority(self, now: float, seq_groups: Iterable[SequenceGroup]) -> deque[SequenceGroup]:
+        # get_priority inlined: this runs over `running` every step. The key is
+        # the same float expression, so ties (and the stable order) are vLLM's.
+        return deque(sorted(seq_groups, key=lambda g: now - g.arrival_time, reverse=True))
+
 
 class PolicyFactory:
     _POLICY_REGISTRY = {"fcfs": FCFS}

@@ -29,7 +29,7 @@ from engine.v0.policy import Policy, PolicyFactory
 from engine.v0.scheduler_outputs import (ScheduledSequenceGroup, SchedulerOutputs, SchedulerPrefillOutputs,
                                          SchedulerRunningOutputs, SchedulerSwappedInOutputs, SchedulingBudget,
                                          SequenceGroupMetadata)
-from engine.v0.sequence import Sequence, SequenceGroup, SequenceStatus
+from engine.v0.sequence import Sequence, SequenceGroup, SequenceStage, SequenceStatus
 
 logger = logging.getLogger(LOGGER_NAME)
 
@@ -40,6 +40,11 @@ class PreemptionMode(enum.Enum):
 
     SWAP = enum.auto()
     RECOMPUTE = enum.auto()
+
+
+def samples(seq: Sequence, is_prompt: bool, token_chunk_size: int) -> bool:
+    """`do_sample`: a prefill chunk that stops short of the sequence's end samples nothing."""
+    return not is_prompt or token_chunk_size + seq._num_computed_tokens >= seq._len
 
 
 class Scheduler:
@@ -95,13 +100,28 @@ class Scheduler:
                           enable_chunking: bool = False) -> tuple[deque[SequenceGroup], SchedulerRunningOutputs]:
         out = SchedulerRunningOutputs()
         running_queue = policy.sort_by_priority(self._now, running_queue)
+        # This loop visits every running group every step: the n=1 cases of
+        # `_get_num_new_tokens`, `can_append_slots` and `append_slots` are inlined.
+        bm = self.block_manager
+        gpu_free, tables, block_size = bm.gpu_allocator.free_blocks, bm.block_tables, bm.block_size
+        decodes, prefills = out.decode_seq_groups, out.prefill_seq_groups
+        running, decode = SequenceStatus.RUNNING, SequenceStage.DECODE
+        # budget.add_num_batched_tokens, inlined: the budget's own request-id set and count.
+        batched_ids = budget._request_ids_num_batched_tokens
         while running_queue:
             seq_group = running_queue[0]
-            num_running_tokens = self._get_num_new_tokens(seq_group, SequenceStatus.RUNNING, enable_chunking, budget)
+            seq = seq_group.seqs[0]
+            if seq.status is not running:  # not reachable in vLLM's flow; its assert fires
+                num_running_tokens = self._get_num_new_tokens(seq_group, running, enable_chunking, budget)
+            else:
+                num_running_tokens = 1 if seq._stage is decode else seq._len - seq._num_computed_tokens
+                if enable_chunking:  # even a decode stops the pass once the budget is spent
+                    num_running_tokens = min(num_running_tokens, budget.remaining_token_budget())
             if num_running_tokens == 0:
                 break
             running_queue.popleft()
-            while not self._can_append_slots(seq_group):
+            # can_append_slots: one free block per running sequence (here: one).
+            while not gpu_free:
                 # vLLM takes back the budget of the group being scheduled, not the victim's.
                 budget.subtract_num_batched_tokens(seq_group.request_id, num_running_tokens)
                 budget.subtract_num_seqs(seq_group.request_id, seq_group.get_max_num_running_seqs())
@@ -114,15 +134,18 @@ class Scheduler:
                     (out.preempted if mode is PreemptionMode.RECOMPUTE else out.swapped_out).append(seq_group)
                     break
             else:
-                self._append_slots(seq_group)
-                if seq_group.is_prefill():
-                    out.prefill_seq_groups.append(ScheduledSequenceGroup(seq_group, num_running_tokens))
+                if len(tables[seq.seq_id]) * block_size < seq._len:  # append_slots needs a block
+                    bm.append_slots(seq)
+                if seq._stage is decode:
+                    decodes.append(ScheduledSequenceGroup(seq_group, 1))
                 else:
-                    out.decode_seq_groups.append(ScheduledSequenceGroup(seq_group, 1))
-                budget.add_num_batched_tokens(seq_group.request_id, num_running_tokens)
+                    prefills.append(ScheduledSequenceGroup(seq_group, num_running_tokens))
+                if seq_group.request_id not in batched_ids:
+                    batched_ids.add(seq_group.request_id)
+                    budget._num_batched_tokens += num_running_tokens
                 # The default path pre-added the running sequences already.
                 if enable_chunking:
-                    budget.add_num_seqs(seq_group.request_id, seq_group.get_max_num_running_seqs())
+                    budget.add_num_seqs(seq_group.request_id, 1)
         return running_queue, out
 
     def _schedule_swapped(self, swapped_queue: deque[SequenceGroup], budget: SchedulingBudget, policy: Policy,
@@ -214,8 +237,7 @@ class Scheduler:
         decodes only if no prefill was scheduled, swap-in only if nothing was preempted."""
         cfg = self.scheduler_config
         budget = SchedulingBudget(cfg.max_num_batched_tokens, cfg.max_num_seqs)
-        for seq_group in self.running:
-            budget.add_num_seqs(seq_group.request_id, seq_group.get_max_num_running_seqs())
+        budget.add_num_seqs_of(self.running)
         remaining_waiting, prefills = self.waiting, SchedulerPrefillOutputs()
         remaining_running, running_scheduled = self.running, SchedulerRunningOutputs()
         remaining_swapped, swapped_in = self.swapped, SchedulerSwappedInOutputs()
@@ -302,29 +324,33 @@ class Scheduler:
         self.num_ignored_seq_groups += len(out.ignored_seq_groups)
         return out
 
-    def schedule(self, now: float = 0.0) -> tuple[list[SequenceGroupMetadata], SchedulerOutputs]:
-        """One scheduling pass. `now` orders running/swapped (FCFS priority is
-        `now - arrival_time`) and stamps first-scheduled times."""
+    def schedule_outputs(self, now: float = 0.0) -> SchedulerOutputs:
+        """The pass of `schedule()` without the per-group metadata (the v1-shaped
+        adapter derives what it needs itself; this saves an object per group)."""
         self._now = now
         scheduler_outputs = self._schedule()
-        metadata: list[SequenceGroupMetadata] = []
         for scheduled in scheduler_outputs.scheduled_seq_groups:
             seq_group = scheduled.seq_group
-            seq_group.maybe_set_first_scheduled_time(now)
-            do_sample = True
-            if seq_group.is_prefill():
-                seq = seq_group.seq
-                # A chunk that stops short of the sequence's end samples nothing.
-                if scheduled.token_chunk_size + seq.get_num_computed_tokens() < seq.get_len():
-                    do_sample = False
+            if seq_group.first_scheduled_time is None:
+                seq_group.first_scheduled_time = now
+        return scheduler_outputs
+
+    def schedule(self, now: float = 0.0) -> tuple[list[SequenceGroupMetadata], SchedulerOutputs]:
+        """One scheduling pass. `now` orders running/swapped (FCFS priority is
+        `now - arrival_time`) and stamps first-scheduled times. Each metadata's
+        block table is the block manager's own list (vLLM hands out a copy):
+        read it before the next pass changes it."""
+        scheduler_outputs = self.schedule_outputs(now)
+        metadata: list[SequenceGroupMetadata] = []
+        tables = self.block_manager.block_tables
+        for scheduled in scheduler_outputs.scheduled_seq_groups:
+            seq_group = scheduled.seq_group
+            seq = seq_group.seqs[0]
+            is_prompt = seq._stage is SequenceStage.PREFILL
             metadata.append(SequenceGroupMetadata(
-                request_id=seq_group.request_id,
-                is_prompt=seq_group.is_prefill(),
-                do_sample=do_sample,
-                token_chunk_size=scheduled.token_chunk_size,
-                block_tables={s.seq_id: self.block_manager.get_block_table(s)
-                              for s in seq_group.get_seqs(status=SequenceStatus.RUNNING)},
-            ))
+                seq_group.request_id, is_prompt, samples(seq, is_prompt, scheduled.token_chunk_size),
+                scheduled.token_chunk_size,
+                {seq.seq_id: tables[seq.seq_id]} if seq.status is SequenceStatus.RUNNING else {}))
         return metadata, scheduler_outputs
 
     # -- block bookkeeping ---------------------------------------------------------
@@ -335,13 +361,10 @@ class Scheduler:
         # vLLM also scans `swapped` and `waiting`, but here a group there is never
         # finished (aborts remove it, ignored prompts are popped): skipping the
         # scan keeps a long backlog cheap and changes nothing.
-        finished = [g for g in self.running if g.is_finished()]
+        finished = [g.request_id for g in self.running if g.seqs[0].status > SequenceStatus.SWAPPED]
         if finished:
-            self._finished_requests_ids += [g.request_id for g in finished]
+            self._finished_requests_ids += finished
             self.running = deque(g for g in self.running if not g.is_finished())
-
-    def _can_append_slots(self, seq_group: SequenceGroup) -> bool:
-        return self.block_manager.can_append_slots(seq_group)
 
     def _allocate_and_set_running(self, seq_group: SequenceGroup) -> None:
         self.block_manager.allocate(seq_group)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.v0.sequence import SequenceGroup
+from engine.v0.sequence import SequenceGroup, SequenceStatus
 
 
 @dataclass
@@ -46,6 +46,20 @@ class SchedulingBudget:
             self._request_ids_num_curr_seqs.add(req_id)
             self._num_curr_seqs += num_curr_seqs
 
+    def add_num_seqs_of(self, seq_groups) -> None:
+        """`add_num_seqs` for every group (the default path's pre-add of `running`),
+        in one loop: n=1, so an unfinished group adds one sequence, a finished one none."""
+        ids = self._request_ids_num_curr_seqs
+        swapped = SequenceStatus.SWAPPED
+        added = 0
+        for g in seq_groups:
+            rid = g.request_id
+            if rid not in ids:
+                ids.add(rid)
+                if g.seqs[0].status <= swapped:  # not g.is_finished()
+                    added += 1
+        self._num_curr_seqs += added
+
     def subtract_num_seqs(self, req_id: str, num_curr_seqs: int) -> None:
         if req_id in self._request_ids_num_curr_seqs:
             self._request_ids_num_curr_seqs.remove(req_id)
@@ -60,7 +74,7 @@ class SchedulingBudget:
         return self._num_curr_seqs
 
 
-@dataclass
+@dataclass(slots=True)
 class ScheduledSequenceGroup:
     seq_group: SequenceGroup
     # 1 for a decode; the prompt (or its chunk) for a prefill.
@@ -129,7 +143,7 @@ class SchedulerPrefillOutputs:
     num_lookahead_slots: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class SequenceGroupMetadata:
     """What the worker is told per scheduled group. `do_sample` is False for a
     prefill chunk that does not reach the end of the sequence."""

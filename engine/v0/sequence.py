@@ -9,7 +9,6 @@ kept as ids because stop checks read them; the prompt may be a range of ids.
 from __future__ import annotations
 
 import enum
-import math
 from typing import Sequence as Seq
 
 from engine.request import SamplingParams
@@ -62,10 +61,13 @@ class Sequence:
         self.stop_reason: int | None = None
         self._num_computed_tokens = 0
         self._stage = SequenceStage.PREFILL
+        # Kept current on every append: the scheduler reads the length (and the
+        # block count derived from it) for every running sequence every step.
+        self._len = len(prompt_token_ids)
 
     # -- lengths -------------------------------------------------------------
     def get_len(self) -> int:
-        return len(self.prompt_token_ids) + len(self.output_token_ids)
+        return self._len
 
     def get_prompt_len(self) -> int:
         return len(self.prompt_token_ids)
@@ -76,28 +78,28 @@ class Sequence:
     @property
     def n_blocks(self) -> int:
         """Logical blocks the whole sequence (prompt + outputs) occupies."""
-        return math.ceil(self.get_len() / self.block_size)
+        return -(-self._len // self.block_size)
 
     def get_last_token_id(self) -> int:
         return self.output_token_ids[-1] if self.output_token_ids else self.prompt_token_ids[-1]
 
     def append_token_id(self, token_id: int) -> None:
         self.output_token_ids.append(token_id)
+        self._len += 1
 
     # -- computed-token cursor -----------------------------------------------
     def get_num_computed_tokens(self) -> int:
         return self._num_computed_tokens
 
     def get_num_uncomputed_tokens(self) -> int:
-        # get_len, not the prompt length: a recomputed victim prefills its outputs too.
-        return self.get_len() - self._num_computed_tokens
+        # The length, not the prompt length: a recomputed victim prefills its outputs too.
+        return self._len - self._num_computed_tokens
 
     def update_num_computed_tokens(self, num_new_computed_tokens: int) -> None:
-        self._num_computed_tokens += num_new_computed_tokens
-        if self._num_computed_tokens > self.get_len():
-            raise AssertionError(
-                f"sequence {self.seq_id}: computed {self._num_computed_tokens} > length {self.get_len()}")
-        if self.get_num_uncomputed_tokens() == 0:
+        computed = self._num_computed_tokens = self._num_computed_tokens + num_new_computed_tokens
+        if computed >= self._len:
+            if computed > self._len:
+                raise AssertionError(f"sequence {self.seq_id}: computed {computed} > length {self._len}")
             self._stage = SequenceStage.DECODE
 
     def reset_state_for_recompute(self) -> None:
@@ -133,6 +135,11 @@ class SequenceGroup:
         self.first_scheduled_time: float | None = None
         self.first_token_time: float | None = None
         self.finished_time: float | None = None
+        # Simulator extras kept by the v1-shaped adapter, here rather than in
+        # dicts keyed by request id because they are read every step: the v1
+        # `Request` this group mirrors, and how many of its blocks the worker knows.
+        self.request = None
+        self.num_known_blocks = 0
 
     @property
     def seq(self) -> Sequence:
