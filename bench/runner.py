@@ -4,6 +4,7 @@ and plots."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,17 @@ from .compare import evaluate_thresholds, format_compare_table, format_threshold
 from .plots import plot_latency_cdfs, plot_step_timeseries
 from .results import build_result, write_run
 from .scenario import Scenario
+from .v0_report import v0_report, v0_run_record
+
+
+def _has_v0_node(spec) -> bool:
+    return any(group.engine.engine == "v0" for _, _, group in spec.node_specs())
+
+
+def _has_v0_node_anywhere(scenario: Scenario) -> bool:
+    """A scenario with any v0 variant gets the v0 report for all variants
+    (a v1 control is compared on the same record)."""
+    return any(_has_v0_node(scenario.cluster(v)) for v in scenario.variant_names)
 
 
 @dataclass
@@ -136,6 +148,8 @@ def run_scenario(
                         extra={"runtime": runtime, "wall_seconds": wall, "invariant_errors": run.invariant_errors[:20],
                                "violations": run.violations[:20], **run.extra},
                     )
+                    if _has_v0_node(scenario.cluster(variant)) or _has_v0_node_anywhere(scenario):
+                        result["v0_run_record"] = v0_run_record(result, scenario.cluster(variant), run)
                     outcome.results.append(result)
                     if outcome.out_dir is not None:
                         write_run(outcome.out_dir, result, run.steps)
@@ -151,6 +165,12 @@ def run_scenario(
         console.print(format_threshold_table(outcome.threshold_outcomes))
         failed = sum(not o.passed for o in outcome.threshold_outcomes)
         console.print(f"thresholds: {len(outcome.threshold_outcomes) - failed} passed, {failed} failed")
+    if _has_v0_node_anywhere(scenario):
+        renderable, v0_data = v0_report(outcome.results, outcome.runs, scenario)
+        if renderable is not None:
+            console.print(renderable)
+            if outcome.out_dir is not None:
+                (outcome.out_dir / "v0_report.json").write_text(json.dumps(v0_data, indent=2) + "\n")
     if outcome.invariant_errors:
         console.print(f"[red]{len(outcome.invariant_errors)} invariant error(s):[/]")
         for err in outcome.invariant_errors[:20]:

@@ -131,7 +131,13 @@ class InProcCluster:
         if not node.alive:
             self._finish(request.request_id, "error")
             return
-        node.add_request(request)
+        try:
+            node.add_request(request)
+        except ValueError as exc:
+            # Rejected at the door (e.g. a prompt longer than max_model_len), as
+            # vLLM's front end rejects it: the request fails, the node serves on.
+            self._log("rejected", request.request_id, str(exc))
+            self._finish(request.request_id, "error")
 
     # -- outputs back through the proxy -------------------------------------------
     def _on_outputs(self, node: InProcNode, outputs: list[EngineCoreOutput]) -> None:

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from .run_result import RunResult
 
 
-def check_tokens(rec, token_at, eos_token_id: int) -> list[str]:
+def check_tokens(rec, token_at, eos_token_id: int, max_model_len: int | None = None) -> list[str]:
     errors = []
     if len(rec.token_times) != len(rec.output_token_ids):
         errors.append(f"{rec.request_id}: {len(rec.output_token_ids)} tokens but {len(rec.token_times)} arrival times")
@@ -22,7 +22,11 @@ def check_tokens(rec, token_at, eos_token_id: int) -> list[str]:
             break
     if any(b < a for a, b in zip(rec.token_times, rec.token_times[1:])):
         errors.append(f"{rec.request_id}: tokens arrived out of order")
-    if rec.finish_reason == "length" and len(rec.output_token_ids) != rec.max_tokens:
+    # "length" also covers an ignored prompt (v0's FINISHED_IGNORED: no token)
+    # and a sequence capped by max_model_len.
+    capped = max_model_len is not None and rec.prompt_len + len(rec.output_token_ids) >= max_model_len
+    ignored = not rec.output_token_ids
+    if rec.finish_reason == "length" and len(rec.output_token_ids) != rec.max_tokens and not (capped or ignored):
         errors.append(f"{rec.request_id}: finished by length with {len(rec.output_token_ids)} of {rec.max_tokens} tokens")
     if rec.finish_reason == "stop" and (not rec.output_token_ids or rec.output_token_ids[-1] != eos_token_id):
         errors.append(f"{rec.request_id}: finished by stop without a stop token last")
@@ -32,12 +36,13 @@ def check_tokens(rec, token_at, eos_token_id: int) -> list[str]:
 def check_run(cluster, result: "RunResult") -> list[str]:
     errors: list[str] = []
     sampler = next(iter(cluster.nodes.values())).core.sampler
+    max_model_len = cluster.spec.decode.engine.max_model_len
     for rec in result.requests:
         if rec.finish_reason is None:
             errors.append(f"{rec.request_id}: not in a terminal state at the end of the run")
             continue
         if rec.finish_reason in ("stop", "length"):
-            errors.extend(check_tokens(rec, sampler.token_at, sampler.eos_token_id))
+            errors.extend(check_tokens(rec, sampler.token_at, sampler.eos_token_id, max_model_len))
     released = {r.request_id for r in result.requests}
     for req_id in cluster._workload:
         if req_id not in released:
