@@ -49,22 +49,15 @@ class _CpuShadow:
         self.slots: dict[int, list | None] = {}
 
     def swap_out(self, mapping: list[tuple[int, int]]) -> None:
-        slots = self.shadow.slots
         for gpu, cpu in mapping:
-            self.slots[cpu] = list(slots[gpu]) if slots[gpu] is not None else None
+            self.slots[cpu] = self.shadow.snapshot_block(gpu)
 
     def swap_in(self, mapping: list[tuple[int, int]]) -> None:
         """Runs after the GPU blocks were assigned to their request, so the
         copied tags count as that request's content (or as foreign content,
         if the block had been clobbered before it was swapped out)."""
-        sh = self.shadow
         for cpu, gpu in mapping:
-            content = self.slots.pop(cpu, None)
-            owner = sh.owner[gpu]
-            sh.slots[gpu] = content
-            tags = [t for t in content or () if t is not None]
-            sh.owned[gpu] = sum(1 for t in tags if t[0] == owner)
-            sh.foreign[gpu] = len(tags) - sh.owned[gpu]
+            self.shadow.restore_block(gpu, self.slots.pop(cpu, None))
 
 
 class SimModelRunner:
@@ -89,6 +82,8 @@ class SimModelRunner:
         # come back as resumed requests with a fresh block table.
         for req_id in so.finished_req_ids:
             reqs.pop(req_id, None)
+            if shadow is not None:
+                shadow.forget(req_id)
         computed_before: dict[str, int] = {}
         for new in so.scheduled_new_reqs:
             reqs[new.req_id] = _ReqState(new.prompt_len, list(new.block_ids))

@@ -39,6 +39,12 @@ class ShadowKVStore:
         self.slots: list[list | None] = [None] * num_blocks
         self.owned: list[int] = [0] * num_blocks  # slots holding the owner's content
         self.foreign: list[int] = [0] * num_blocks  # slots holding someone else's
+        # Blocks in which a request will find content that is not its own: the
+        # block went to someone else, or someone else wrote into it. Kept
+        # incrementally so a read costs O(1) for a clean request.
+        self._bad: dict[str, set[int]] = {}
+        # Per request: (block table object, tokens already verified present).
+        self._verified: dict[str, tuple[list[int], int]] = {}
         self.violations: list[Violation] = []
         self.max_violations_kept = max_violations_kept
         self.num_stale_writes = 0
@@ -54,13 +60,55 @@ class ShadowKVStore:
         if len(self.violations) < self.max_violations_kept:
             self.violations.append(Violation(kind, now, block, req, self.owner[block], pos))
 
+    def _mark_bad(self, request_id: str | None, block: int) -> None:
+        if request_id is not None:
+            bad = self._bad.get(request_id)
+            if bad is None:
+                bad = self._bad[request_id] = set()
+            bad.add(block)
+
+    def _clear_bad(self, request_id: str | None, block: int) -> None:
+        bad = self._bad.get(request_id)
+        if bad is not None:
+            bad.discard(block)
+            if not bad:
+                del self._bad[request_id]
+
     def assign(self, block_ids, request_id: str) -> None:
+        owner = self.owner
         for b in block_ids:
-            if self.owner[b] != request_id:
-                self.owner[b] = request_id
+            old = owner[b]
+            if old != request_id:
+                # The previous owner may still read it through a stale table.
+                self._mark_bad(old, b)
+                self._clear_bad(request_id, b)
+                owner[b] = request_id
                 self.slots[b] = None
                 self.owned[b] = 0
                 self.foreign[b] = 0
+
+    def forget(self, request_id: str) -> None:
+        """Drop a finished request's read cache. Its bad-block set stays: a
+        step still in flight may read through its old table and must be
+        caught."""
+        self._verified.pop(request_id, None)
+
+    def snapshot_block(self, block: int) -> list | None:
+        slots = self.slots[block]
+        return list(slots) if slots is not None else None
+
+    def restore_block(self, block: int, content: list | None) -> None:
+        """Copy saved slot tags into `block` (a swap-in): they count as the
+        block's owner's content, or as foreign content if they are not."""
+        owner = self.owner[block]
+        self.slots[block] = content
+        tags = [t for t in content or () if t is not None]
+        self.owned[block] = sum(1 for t in tags if t[0] == owner)
+        self.foreign[block] = len(tags) - self.owned[block]
+        if self.foreign[block]:
+            self._mark_bad(owner, block)
+        else:
+            self._clear_bad(owner, block)
 
     def write(self, request_id: str, block_table: list[int], start: int, end: int, now: float) -> None:
         """Write KV for positions [start, end) through `block_table`."""
@@ -77,6 +125,7 @@ class ShadowKVStore:
             if not mine:
                 self.num_stale_writes += 1
                 self._report("stale_write", now, block, request_id, pos)
+            had_foreign = self.foreign[block]
             for p in range(pos, stop):
                 s = p - idx * bs
                 old = slots[s]
@@ -95,24 +144,43 @@ class ShadowKVStore:
                     self.owned[block] += 1
                 else:
                     self.foreign[block] += 1
+            if self.foreign[block] and not had_foreign:
+                self._mark_bad(self.owner[block], block)
+            elif had_foreign and not self.foreign[block]:
+                self._clear_bad(self.owner[block], block)
             pos = stop
 
     def read(self, request_id: str, block_table: list[int], num_tokens: int, now: float) -> bool:
-        """Check that positions [0, num_tokens) hold this request's content."""
+        """Check that positions [0, num_tokens) hold this request's content.
+
+        Foreign content is found through the request's bad-block set; missing
+        content only needs checking past what an earlier read of the same
+        table verified (content does not disappear without making a block bad)."""
         bs = self.block_size
         ok = True
         full_blocks, tail = divmod(num_tokens, bs)
-        for idx in range(full_blocks + (1 if tail else 0)):
+        nblocks = full_blocks + (1 if tail else 0)
+        bad = self._bad.get(request_id)
+        if bad:
+            for idx in range(nblocks):
+                block = block_table[idx]
+                if block in bad:
+                    self.num_read_foreign += 1
+                    self._report("read_foreign", now, block, request_id, idx * bs)
+                    ok = False
+        verified = self._verified.get(request_id)
+        start_idx = verified[1] // bs if verified is not None and verified[0] is block_table else 0
+        owner, owned = self.owner, self.owned
+        good_upto = num_tokens
+        for idx in range(start_idx, nblocks):
             block = block_table[idx]
             need = bs if idx < full_blocks else tail
-            if self.owner[block] != request_id or self.foreign[block]:
-                self.num_read_foreign += 1
-                self._report("read_foreign", now, block, request_id, idx * bs)
-                ok = False
-            elif self.owned[block] < need:
+            if owner[block] == request_id and owned[block] < need:
                 self.num_read_missing += 1
                 self._report("read_missing", now, block, request_id, idx * bs)
                 ok = False
+                good_upto = min(good_upto, idx * bs)
+        self._verified[request_id] = (block_table, good_upto)
         return ok
 
     def summary(self) -> dict:

@@ -48,3 +48,35 @@ def test_sampler_is_deterministic_per_position():
     assert [DeterministicSampler(8).token_at("r", p) for p in range(50)] != [a.token_at("r", p) for p in range(50)]
     eos = sum(DeterministicSampler(1, 0.25).token_at("x", p) == 2 for p in range(4000))
     assert 850 < eos < 1150
+
+
+def test_a_stale_table_read_after_the_block_moved_on_is_foreign():
+    s = ShadowKVStore(num_blocks=8, block_size=4)
+    s.assign([1, 2], "a")
+    s.write("a", [1, 2], 0, 8, now=0.0)
+    assert s.read("a", [1, 2], 8, now=0.5)
+    s.assign([2], "b")  # block 2 freed and reused while a step of a is in flight
+    assert not s.read("a", [1, 2], 8, now=1.0)
+    assert s.num_read_foreign == 1 and s.violations[-1].block_id == 2
+
+
+def test_incremental_reads_still_catch_a_later_clobber():
+    s = ShadowKVStore(num_blocks=8, block_size=4)
+    s.assign([1, 2], "a")
+    s.write("a", [1, 2], 0, 8, now=0.0)
+    table = [1, 2]
+    assert s.read("a", table, 8, now=0.5)
+    s.write("x", [1], 0, 2, now=0.6)  # a stale writer lands on a's first block
+    assert not s.read("a", table, 8, now=1.0)
+    s.write("a", [1], 0, 2, now=1.1)  # a rewrites it: clean again
+    assert s.read("a", table, 8, now=1.2)
+
+
+def test_swap_snapshot_and_restore_round_trip():
+    s = ShadowKVStore(num_blocks=8, block_size=4)
+    s.assign([3], "a")
+    s.write("a", [3], 0, 4, now=0.0)
+    saved = s.snapshot_block(3)
+    s.assign([5], "a")
+    s.restore_block(5, saved)
+    assert s.read("a", [5], 4, now=1.0)
