@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
+from dataclasses import replace
 from types import SimpleNamespace
 
 from cluster.ray_env import ray
 from decode_node.node import DecodeNode
 from decode_node.settings import WallNodeSettings
-from decode_node.stage_worker import StageChainExecutor, StageWorker
+from decode_node.stage_worker import StageStreamExecutor, StageWorker
 from engine.node_core import NodeSpec
 from prefill_node.node import PrefillNode
 
@@ -31,13 +33,17 @@ from .run_result import RunResult
 
 
 def _where() -> dict:
-    return {"ray_node_id": current_node_id(), "pid": os.getpid()}
+    return {"ray_node_id": current_node_id(), "pid": os.getpid(), "cpu_s": time.process_time()}
 
 
 def node_report(node) -> dict:
     """Counters, step records, shadow violations and invariant errors of one node."""
     core = node.core
-    view = SimpleNamespace(nodes={node.name: SimpleNamespace(alive=True, core=core)}, _workload={})
+    # `check_run` over a one-node view with no requests runs exactly its
+    # per-node checks (requests and their tokens are checked by the driver).
+    engine = SimpleNamespace(max_model_len=core.vllm_config.scheduler_config.max_model_len)
+    view = SimpleNamespace(nodes={node.name: SimpleNamespace(alive=True, core=core)}, _workload={},
+                           spec=SimpleNamespace(decode=SimpleNamespace(engine=engine)))
     errors = check_run(view, RunResult("wall", 0.0, [], [], {}))
     loop = node.loop
     if loop is not None and loop.error:
@@ -59,35 +65,20 @@ def node_report(node) -> dict:
 
 
 class _NodeShell:
-    """What both node actors share: requests in, quiesce, report, stop."""
+    """What both node actors share: begin, quiesce, report, stop."""
 
     node: PrefillNode | DecodeNode
 
     def _init_shell(self) -> None:
         self._stopped = asyncio.Event()
 
-    def _send_to(self, proxy):
-        name = self.node.name
-
-        def send(events: list[tuple]) -> None:
-            proxy.deliver.remote(name, events)  # fire and forget; ordered per caller
-
-        return send
-
-    async def add_requests(self, wires: list[dict]) -> None:
-        for wire in wires:
-            self.node.add_request(wire)
-
-    def _busy(self) -> bool:
-        node = self.node
-        if node.loop is None or not node.loop.alive:
-            return False
-        return not node.loop.is_idle() or getattr(node, "pulls_in_flight", 0) > 0 or getattr(node, "num_held", 0) > 0
+    async def begin(self, start_wall: float, proxy_address: tuple[str, int]) -> None:
+        await self.node.begin(start_wall, tuple(proxy_address))
 
     async def quiesce(self, timeout_s: float) -> bool:
         """Wait until nothing is scheduled, in flight, pulled or held; False on timeout."""
         deadline = asyncio.get_running_loop().time() + timeout_s
-        while self._busy():
+        while self.node.busy():
             if asyncio.get_running_loop().time() >= deadline:
                 return False
             self.node.loop.wake()
@@ -110,39 +101,39 @@ class _NodeShell:
 class PrefillNodeActor(_NodeShell):
     def __init__(self, spec: NodeSpec, settings: WallNodeSettings) -> None:
         self._init_shell()
+        settings = replace(settings, kv_host=ray.util.get_node_ip_address())
         self.node = PrefillNode(spec, settings)
 
     async def start(self) -> dict:
         address = await self.node.start()
         return {"name": self.node.name, "address": address, **_where()}
 
-    async def begin(self, start_wall: float, proxy) -> None:
-        self.node.begin(start_wall, self._send_to(proxy))
-
 
 @ray.remote(num_cpus=0)
 class StageWorkerActor:
     def __init__(self, index: int, pp_size: int, sampler_seed: int, stop_probability: float,
-                 link_to_next, link_seed: int, next_stage=None) -> None:
-        self.worker = StageWorker(index, pp_size, sampler_seed, stop_probability, link_to_next, link_seed)
-        self._next = next_stage
+                 link_to_next, link_seed: int) -> None:
+        self.worker = StageWorker(index, pp_size, sampler_seed, stop_probability, link_to_next, link_seed,
+                                  host=ray.util.get_node_ip_address())
 
-    async def begin(self, start_wall: float) -> dict:
-        next_call = None
-        if self._next is not None:
-            handle = self._next
-
-            async def next_call(share_s, samples):
-                return await handle.execute.remote(share_s, samples)
-
-        self.worker.begin(start_wall, next_call)
+    async def ready(self) -> dict:
         return _where()
 
-    async def execute(self, share_s: float, samples: list) -> list:
-        return await self.worker.execute(share_s, samples)
+    async def serve(self) -> tuple[str, int]:
+        return await self.worker.serve()
+
+    async def connect_next(self, address: tuple[str, int]) -> None:
+        await self.worker.connect_next(*address)
+
+    async def begin(self, start_wall: float) -> dict:
+        self.worker.begin(start_wall)
+        return _where()
 
     async def stats(self) -> dict:
         return self.worker.stats()
+
+    async def stop(self) -> None:
+        await self.worker.close()
 
 
 @ray.remote(num_cpus=0)
@@ -153,39 +144,34 @@ class DecodeNodeActor(_NodeShell):
         self.settings = settings
         self.stage_name_prefix = stage_name_prefix
         self.stages: list = []
+        self.stage_addresses: list[tuple[str, int]] = []
         self.node = DecodeNode(spec, settings, executor_factory=self._stage_executor)
 
-    def _stage_executor(self, clock) -> StageChainExecutor:
-        first = self.stages[0]
-
-        async def first_stage(share_s, samples):
-            return await first.execute.remote(share_s, samples)
-
-        return StageChainExecutor(first_stage, len(self.stages))
+    def _stage_executor(self, clock) -> StageStreamExecutor:
+        return StageStreamExecutor(self.stage_addresses[0], self.stage_addresses[-1], len(self.stages))
 
     async def start(self) -> dict:
-        """Create the pipeline stages on this machine, last first (each holds
-        the handle of the next)."""
+        """Start the pipeline stages on this machine and chain them."""
         pp = self.spec.pipeline_parallel_size
         s = self.settings
         placement = colocated_options(current_node_id())
-        next_stage = None
-        stages = []
-        for index in reversed(range(pp)):
+        for index in range(pp):
             options = dict(placement)
             if self.stage_name_prefix:
                 options["name"] = f"{self.stage_name_prefix}-stage{index}"
-            next_stage = StageWorkerActor.options(**options).remote(
-                index, pp, self.spec.sampler_seed, self.spec.stop_probability,
-                s.stage_link, s.link_seed * 100 + index, next_stage,
-            )
-            stages.append(next_stage)
-        self.stages = list(reversed(stages))
-        return {"name": self.node.name, "stages": len(self.stages), **_where()}
+            self.stages.append(StageWorkerActor.options(**options).remote(
+                index, pp, self.spec.sampler_seed, self.spec.stop_probability, s.stage_link,
+                s.link_seed * 100 + index,
+            ))
+        self.stage_addresses = [tuple(a) for a in await asyncio.gather(*(st.serve.remote() for st in self.stages))]
+        await asyncio.gather(*(self.stages[i].connect_next.remote(self.stage_addresses[i + 1]) for i in range(pp - 1)))
+        stage_where = await asyncio.gather(*(st.ready.remote() for st in self.stages))
+        return {"name": self.node.name, "stages": self.stage_addresses,
+                "stage_ray_node_ids": [w["ray_node_id"] for w in stage_where], **_where()}
 
-    async def begin(self, start_wall: float, proxy) -> list[dict]:
+    async def begin(self, start_wall: float, proxy_address: tuple[str, int]) -> list[dict]:
         where = await asyncio.gather(*(stage.begin.remote(start_wall) for stage in self.stages))
-        self.node.begin(start_wall, self._send_to(proxy))
+        await self.node.begin(start_wall, tuple(proxy_address))
         return list(where)
 
     async def stage_stats(self) -> list[dict]:
@@ -193,6 +179,10 @@ class DecodeNodeActor(_NodeShell):
 
     async def stop(self) -> None:
         await self.node.close()
+        try:
+            await asyncio.wait_for(asyncio.gather(*(st.stop.remote() for st in self.stages)), 5.0)
+        except Exception:
+            pass
         for stage in self.stages:
             ray.kill(stage, no_restart=True)
         self._stopped.set()

@@ -49,12 +49,22 @@ class RayClusterHandle:
         namespace: str = DEFAULT_NAMESPACE,
         log_to_driver: bool = False,
         shutdown_timeout_s: float = 15.0,
+        node_ip_address: str | None = None,
     ) -> None:
+        """`node_ip_address` (attach only): the address of this machine's Ray
+        node. Ray finds it itself, except for a cluster on loopback aliases
+        (a head at 127.0.0.2, say, as in docs/ray.md): for an address on
+        127.x.x.x other than 127.0.0.1 it defaults to that host."""
         if address is not None and (not isinstance(address, str) or not address.strip()):
             raise ValueError(f"address={address!r} is invalid; allowed: 'host:port' of a running Ray cluster, or None to launch one")
         if object_store_memory < 78 << 20:
             raise ValueError(f"object_store_memory={object_store_memory} is invalid; allowed: >= 78 MiB (Ray's minimum)")
         self.address = address
+        self.node_ip_address = node_ip_address if address is not None else None
+        if address is not None and node_ip_address is None:
+            host = address.rsplit(":", 1)[0]
+            if host.startswith("127.") and host != "127.0.0.1":
+                self.node_ip_address = host
         self.num_cpus = num_cpus
         self.object_store_memory = object_store_memory
         self.namespace = namespace
@@ -98,6 +108,8 @@ class RayClusterHandle:
                 **common,
             )
         else:
+            if self.node_ip_address is not None:
+                common["_node_ip_address"] = self.node_ip_address
             ray.init(address=self.address, **common)
         self.started = True
         self._snapshot_ray_processes()
@@ -151,6 +163,12 @@ class RayClusterHandle:
         return f"Ray {ray.__version__}, {where}, {len(self.nodes())} node(s)"
 
     # -- processes -------------------------------------------------------------------
+    def ray_processes(self) -> set[int]:
+        """PIDs of the processes this handle's launched cluster runs now (and
+        ran before): what must be gone after `close()`."""
+        self._snapshot_ray_processes()
+        return set(self.ray_pids)
+
     def _snapshot_ray_processes(self) -> None:
         # Only what appeared since the launch and is Ray's: never a child this
         # process had before (a test's own subprocess, say).

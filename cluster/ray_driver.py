@@ -25,11 +25,13 @@ Progress = Callable[[dict], None]
 
 
 class LoadDriver:
-    def __init__(self, proxy, workload: list[WorkloadRequest], clock: RunClock, max_concurrency: int | None = None,
-                 progress: Progress | None = None) -> None:
+    def __init__(self, submit: Callable[[list[tuple]], None], workload: list[WorkloadRequest], clock: RunClock,
+                 max_concurrency: int | None = None, progress: Progress | None = None) -> None:
+        """`submit(batch)` hands (request_id, prompt_len, output_len, priority)
+        tuples to the proxy; client events come back through `handle`."""
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError(f"max_concurrency={max_concurrency} is invalid; allowed: >= 1 or None (open loop)")
-        self.proxy = proxy
+        self.submit = submit
         self.workload = sorted(workload, key=lambda w: (w.arrival_time, w.request_id))
         self.by_id = {w.request_id: w for w in workload}
         self.clock = clock
@@ -70,7 +72,7 @@ class LoadDriver:
             batch.append((w.request_id, w.prompt_len, w.output_len, w.priority))
         if batch:
             self.last_event = self.clock.now()  # the stall watchdog counts from here
-            self.proxy.submit.remote(batch)
+            self.submit(batch)
 
     # -- the client stream ----------------------------------------------------------
     async def consume(self, stream) -> None:

@@ -7,8 +7,9 @@
   them, node actors are placed with the SPREAD strategy, one per machine
   while machines last. A local cluster launched by `RayClusterHandle`
   advertises both resources generously, so everything fits on it.
-- Pipeline stages of a decode node: on the same machine as their node (soft
-  node affinity), like the GPUs of one host.
+- Pipeline stages of a decode node: on the same Ray node as their node
+  (hard node affinity: with soft affinity Ray spilled a stage to another
+  node while the first was still starting), like the GPUs of one host.
 - The proxy: pinned to the driver's machine, so the times it stamps and the
   driver's clock agree.
 
@@ -37,7 +38,7 @@ def node_actor_options(role: str, cluster_resources: dict[str, float]) -> dict:
 
 
 def colocated_options(ray_node_id: str) -> dict:
-    return {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(ray_node_id, soft=True)}
+    return {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(ray_node_id, soft=False)}
 
 
 def pinned_options(ray_node_id: str) -> dict:

@@ -4,6 +4,9 @@ Ray's own processes (GCS, raylet, workers, which host our gRPC servers) are
 all descendants of the driver that launched the cluster. We record them
 while the cluster runs and, after `ray.shutdown()`, wait for exactly those
 PIDs to go — and end, by PID, any that do not. Nothing is matched by name.
+
+For a cluster started with `ray start` (docs/ray.md), `python -m
+cluster.ray_processes stop TEMP_DIR` ends just that cluster's processes.
 """
 
 from __future__ import annotations
@@ -98,3 +101,42 @@ def end_processes(pids: set[int], grace_s: float = 3.0) -> set[int]:
                 pass
         pids = wait_gone(left, wait)
     return pids
+
+
+def session_processes(temp_dir: str) -> set[int]:
+    """The processes of a `ray start` cluster (all its nodes on this
+    machine): those whose command line names its temp dir, with their
+    descendants. This process is never included."""
+    me = os.getpid()
+    roots = {p for p in _parent_map() if p != me and temp_dir in command_line(p)}
+    pids = set(roots)
+    for root in roots:
+        pids |= descendants(root)
+    pids.discard(me)
+    return pids
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m cluster.ray_processes stop TEMP_DIR`: end, by PID, the
+    processes of the `ray start` cluster using TEMP_DIR — unlike `ray stop`,
+    which ends every Ray process on the machine, other users' included."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m cluster.ray_processes")
+    parser.add_argument("command", choices=["stop", "list"])
+    parser.add_argument("temp_dir", help="the --temp-dir the head was started with")
+    args = parser.parse_args(argv)
+    if not os.path.isabs(args.temp_dir) or len(args.temp_dir) < 6:
+        parser.error(f"temp_dir={args.temp_dir!r} is invalid; allowed: an absolute path such as /tmp/dsr-two")
+    pids = session_processes(args.temp_dir)
+    for pid in sorted(pids):
+        print(pid, command_line(pid)[:100])
+    if args.command == "stop":
+        left = end_processes(pids)
+        print(f"ended {len(pids) - len(left)} process(es)" + (f"; still alive: {sorted(left)}" if left else ""))
+        return 1 if left else 0
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

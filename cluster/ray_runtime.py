@@ -50,7 +50,7 @@ from .spec import ClusterSpec
 logger = logging.getLogger(__name__)
 
 CALL_TIMEOUT_S = 60.0  # actor start-up and control calls (not the run itself)
-START_LEAD_S = 0.1  # t = 0 lies this far after the actors were told, so all start together
+START_LEAD_S = 0.25  # t = 0 lies this far after the actors are told, so all start together
 
 
 def parse_faults(faults: list | None, spec: ClusterSpec) -> list[tuple[str, float]]:
@@ -90,7 +90,9 @@ def run_ray(
     `stall_timeout_s` (default max(60, 3 x kv_pull_deadline_s)) ends a run in
     which nothing happened for that long; `timeout_s` bounds the whole run.
     `kv_hold_timeout_s` (default max(120, 6 x kv_pull_deadline_s)): a producer
-    frees blocks no consumer reported on after that long.
+    frees blocks no consumer reported on after that long. `keep_step_timings`
+    adds every step's wall timing to `extra["step_timings"]` (for the
+    overhead benchmark).
     """
     kills = parse_faults(faults, spec)
     ids = [w.request_id for w in workload]
@@ -157,27 +159,32 @@ class _RayRun:
             self.handle.track(actor)
             self.nodes[node_spec.name] = actor
             self.roles[node_spec.name] = role
-        infos = ray.get([a.start.remote() for a in self.nodes.values()], timeout=CALL_TIMEOUT_S)
-        self.info = {info["name"]: info for info in infos}
         self.proxy = ProxyActor.options(name=f"{self.name}-proxy", **pinned_options(self.handle.driver_node_id)).remote()
         self.handle.track(self.proxy)
+        # Every process up and imported before the run's clock starts.
+        infos = ray.get([a.start.remote() for a in self.nodes.values()] + [self.proxy.ready.remote()],
+                        timeout=CALL_TIMEOUT_S)
+        self.info = {info["name"]: info for info in infos}
 
     async def drive(self, workload, max_concurrency, kills, progress, stall_timeout_s, timeout_s,
                     quiesce_timeout_s, keep_step_timings) -> RunResult:
         start_wall = time.time() + START_LEAD_S
         by_role = {r: {n: a for n, a in self.nodes.items() if self.roles[n] == r} for r in ("prefill", "decode")}
+        proxy_address = await asyncio.wait_for(self.proxy.begin.remote(
+            self.spec.model_dump_json(), self.seed, start_wall, by_role["prefill"], by_role["decode"]), CALL_TIMEOUT_S)
         await asyncio.wait_for(asyncio.gather(
-            self.proxy.begin.remote(self.spec.model_dump_json(), self.seed, start_wall, by_role["prefill"], by_role["decode"]),
-            *(actor.begin.remote(start_wall, self.proxy) for actor in self.nodes.values()),
-        ), CALL_TIMEOUT_S)
+            *(actor.begin.remote(start_wall, proxy_address) for actor in self.nodes.values())), CALL_TIMEOUT_S)
         clock = RunClock.from_wall_start(start_wall)
-        driver = LoadDriver(self.proxy, workload, clock, max_concurrency, progress)
+        driver = LoadDriver(self.proxy.submit.remote, workload, clock, max_concurrency, progress)
         stream = self.proxy.stream.options(num_returns="streaming").remote()
         consumer = asyncio.ensure_future(driver.consume(stream))
         tasks = [asyncio.ensure_future(driver.release_all())]
         tasks += [asyncio.ensure_future(self._kill_at(clock, name, at)) for name, at in kills]
         completed = await driver.wait_done(stall_timeout_s, timeout_s)
-        duration = clock.now()
+        # The run lasted until its last request finished (the driver hears of
+        # it a little later: client events come in batches).
+        ends = [r.finish_time for r in driver.records.values() if r.finish_time is not None]
+        duration = max(ends) if completed and ends else clock.now()
         for task in tasks:
             task.cancel()
         proxy_stats = await asyncio.wait_for(self.proxy.close_stream.remote(), CALL_TIMEOUT_S)
@@ -212,7 +219,8 @@ class _RayRun:
             if rec.finish_reason is None:
                 errors.append(f"{rec.request_id}: not in a terminal state at the end of the run")
             elif rec.finish_reason in ("stop", "length"):
-                errors.extend(check_tokens(rec, sampler.token_at, sampler.eos_token_id))
+                errors.extend(check_tokens(rec, sampler.token_at, sampler.eos_token_id,
+                                           spec.decode.engine.max_model_len))
         for w in workload:
             if w.request_id not in driver.released:
                 errors.append(f"{w.request_id}: never released by the load driver")
@@ -226,6 +234,7 @@ class _RayRun:
         steps = []
         violations: list[dict] = []
         timings: dict[str, list] = {}
+        cpu: dict[str, float] = {}
         for name in self.nodes:
             if name in self.killed:
                 node_counters[name] = {"killed": 1, "killed_at_s": self.killed[name]}
@@ -242,6 +251,7 @@ class _RayRun:
             violations.extend(report["violations"])
             errors.extend(report["invariant_errors"])
             timings[name] = report["timings"]
+            cpu[name] = round(report["cpu_s"] - self.info.get(name, {}).get("cpu_s", 0.0), 3)
         steps.sort(key=lambda s: (s.time, s.node))
         pulls = {k: sum(c.get(f"kv_pulls_{k}", 0) for c in node_counters.values())
                  for k in ("started", "completed", "failed")}
@@ -250,16 +260,26 @@ class _RayRun:
             "time_scale": spec.time_scale,
             "ray": self.handle.describe(),
             "placement_policy": describe_placement(self.handle.cluster_resources()),
-            "placement": {n: info.get("ray_node_id") for n, info in self.info.items()},
+            "placement": self._placement(),
             "kv_pulls": pulls,
             "killed": dict(self.killed),
             "completed": completed,
+            "cpu_s": cpu,
             **proxy_stats,
         }
         if keep_step_timings:
             extra["step_timings"] = timings
         return RunResult(clock="wall", duration=duration, requests=records, steps=steps, node_counters=node_counters,
                          violations=violations, invariant_errors=errors, extra=extra)
+
+    def _placement(self) -> dict[str, str]:
+        """Actor -> Ray node id (proxy, nodes, and each decode node's stages)."""
+        out = {}
+        for name, info in self.info.items():
+            out[name] = info.get("ray_node_id")
+            for i, node_id in enumerate(info.get("stage_ray_node_ids", [])):
+                out[f"{name}/stage{i}"] = node_id
+        return out
 
     def teardown(self) -> None:
         """Stop every actor of the run (gracefully, then for certain)."""

@@ -1,0 +1,101 @@
+"""Framed messages over asyncio TCP: the per-step data path of the Ray
+runtime (node <-> pipeline stages, nodes <-> proxy).
+
+Ray actors host the processes and carry the control calls (start, report,
+stop), but a Ray actor call costs ~3.5-4.5 ms round trip on this 2-vCPU box
+under load, against ~0.3 ms for a frame over a plain loopback socket
+(measured side by side between the same two actors): at one or two calls
+per decode step, Ray calls alone would use up the 2 ms per-step budget.
+
+A frame is a 4-byte big-endian length and a msgpack body (msgpack comes with
+Ray; it carries only plain data — no code — unlike pickle). Tuples arrive
+as lists. TCP keeps each connection's frames in order; asyncio sets
+TCP_NODELAY on its TCP sockets, so small frames are not held back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any, Awaitable, Callable
+
+import msgpack
+
+MAX_FRAME_BYTES = 64 << 20
+_HEADER = struct.Struct("!I")
+
+
+class FrameError(Exception):
+    """The peer broke the framing (oversized or malformed frame)."""
+
+
+def encode(obj: Any) -> bytes:
+    body = msgpack.packb(obj, use_bin_type=True)
+    if len(body) > MAX_FRAME_BYTES:
+        raise FrameError(f"frame of {len(body)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
+    return _HEADER.pack(len(body)) + body
+
+
+class FrameConnection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.frames_sent = 0
+        self.frames_received = 0
+
+    @classmethod
+    async def open(cls, host: str, port: int, timeout_s: float = 10.0) -> "FrameConnection":
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+        return cls(reader, writer)
+
+    @property
+    def closed(self) -> bool:
+        return self.writer.is_closing()
+
+    def send(self, obj: Any) -> bool:
+        """Queue one frame; False if the connection is already closed."""
+        if self.writer.is_closing():
+            return False
+        self.writer.write(encode(obj))
+        self.frames_sent += 1
+        return True
+
+    async def recv(self) -> Any:
+        """The next frame, or None once the peer has closed the connection."""
+        try:
+            header = await self.reader.readexactly(_HEADER.size)
+            (size,) = _HEADER.unpack(header)
+            if size > MAX_FRAME_BYTES:
+                raise FrameError(f"peer announced a frame of {size} bytes (limit {MAX_FRAME_BYTES})")
+            body = await self.reader.readexactly(size)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return None
+        self.frames_received += 1
+        try:
+            return msgpack.unpackb(body, raw=False, strict_map_key=False)
+        except Exception as err:
+            raise FrameError(f"undecodable frame: {err}") from err
+
+    async def close(self) -> None:
+        if not self.writer.is_closing():
+            self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except (ConnectionError, OSError):
+            pass
+
+
+async def serve(host: str, on_connection: Callable[[FrameConnection], Awaitable[None]]) -> tuple[asyncio.Server, int]:
+    """Listen on `host` (an OS-chosen port); each connection is handed to
+    `on_connection`, which owns it until it returns."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = FrameConnection(reader, writer)
+        try:
+            await on_connection(conn)
+        finally:
+            if not writer.is_closing():
+                writer.close()  # not awaited: this may run while the loop shuts down
+
+    server = await asyncio.start_server(handle, host, 0)
+    return server, server.sockets[0].getsockname()[1]

@@ -1,0 +1,42 @@
+"""One loopback Ray cluster for the whole session (starting one costs
+seconds; platform-notes.md), and small helpers for building runs.
+
+Every test here is marked `ray` and bounded by pytest-timeout; every run
+inside a test is bounded by `run_ray(timeout_s=...)` as well, so a stuck run
+fails its test instead of hanging the session.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.ray_cluster import RayClusterHandle
+from cluster.spec import ClusterSpec
+from engine.records import WorkloadRequest
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    handle = RayClusterHandle()
+    with handle:
+        yield handle
+    # The session's own shutdown must leave nothing behind either.
+    assert handle.leftover_pids == set(), f"Ray processes left behind: {handle.leftover_pids}"
+
+
+def make_spec(**overrides) -> ClusterSpec:
+    """A small P/D topology; `overrides` replace top-level ClusterSpec fields."""
+    base = {
+        "prefill": {"count": 1, "engine": {"num_gpu_blocks": 2000}},
+        "decode": {"count": 1, "engine": {"num_gpu_blocks": 1000, "async_scheduling": True}},
+        "time_scale": 0.1,
+        "kv_pull_timeout_s": 0.5,
+        "kv_pull_deadline_s": 3.0,
+    }
+    base.update(overrides)
+    return ClusterSpec.model_validate(base)
+
+
+def workload(n: int, prompt_len: int, output_len: int, gap_s: float = 0.0, start_s: float = 0.0,
+             prefix: str = "r") -> list[WorkloadRequest]:
+    return [WorkloadRequest(f"{prefix}{i:03d}", start_s + i * gap_s, prompt_len, output_len) for i in range(n)]

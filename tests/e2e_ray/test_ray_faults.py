@@ -1,0 +1,93 @@
+"""Faults across processes: a KV link outage and a killed prefill node are
+survived — every request finishes, or fails with a clear status; none is
+lost or stuck, and the surviving nodes end with their pools free.
+
+A pull lost to the outage is retried (per-attempt timeout) until its
+deadline; past it the decode node follows vLLM's load-failure handling:
+recompute the prompt itself (the default) or finish the request with
+FINISHED_ERROR ("fail")."""
+
+import collections
+
+import pytest
+
+from cluster.ray_runtime import run_ray
+
+from .conftest import make_spec, workload
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(150)]
+
+OUTAGE = (0.3, 1.3)
+
+
+def outage_spec(policy: str):
+    return make_spec(
+        decode={"count": 1, "engine": {"num_gpu_blocks": 1000, "async_scheduling": True,
+                                       "kv_load_failure_policy": policy}},
+        links={"kv": {"delay_ms": 1.0, "outages": [OUTAGE]}},
+        kv_pull_timeout_s=0.2,
+        kv_pull_deadline_s=0.6,
+    )
+
+
+# Arrivals every 60 ms over 1.8 s: pulls before, early in (they hit their
+# deadline), late in (they succeed once the link is back) and after the outage.
+OUTAGE_WORKLOAD = workload(30, 64, 16, gap_s=0.06)
+
+
+@pytest.mark.parametrize("policy", ["recompute", "fail"])
+def test_a_kv_link_outage_is_survived_by_retrying_then_the_load_failure_policy(ray_cluster, policy):
+    # Failure reports sent during the outage are lost: the producer frees
+    # those blocks after its hold timeout (1.5 s here), as vLLM's would.
+    result = run_ray(outage_spec(policy), OUTAGE_WORKLOAD, seed=0, handle=ray_cluster, timeout_s=60,
+                     kv_hold_timeout_s=1.5)
+    decode = result.node_counters["decode-0"]
+    reasons = collections.Counter(r.finish_reason for r in result.requests)
+
+    assert result.invariant_errors == []  # all terminal, tokens right, pools free on both nodes
+    assert len(result.requests) == len(OUTAGE_WORKLOAD)
+    assert decode["kv_pulls_failed"] > 0  # started in the outage, out of time before it ended
+    assert decode["kv_pulls_failed"] == decode.get("kv_pulls_failed_deadline_exceeded", 0)
+    assert decode["transport_retries"] > 0
+    assert decode["kv_pulls_completed"] + decode["kv_pulls_failed"] == len(OUTAGE_WORKLOAD)
+    retried_then_landed = [r for r in result.requests
+                           if r.remote_kv_wait_end is not None and r.remote_kv_wait_start < OUTAGE[1] < r.remote_kv_wait_end
+                           and r.finish_reason == "length"]
+    assert retried_then_landed, "no pull was retried through the outage"
+    if policy == "recompute":
+        assert reasons == {"length": len(OUTAGE_WORKLOAD)}
+    else:
+        assert reasons == {"length": decode["kv_pulls_completed"], "error": decode["kv_pulls_failed"]}
+        assert all(not r.output_token_ids for r in result.requests if r.finish_reason == "error")
+    assert result.node_counters["prefill-0"]["kv_hold_timeouts"] <= decode["kv_pulls_failed"]
+    assert result.counters()["kv_corruptions_detected"] == 0
+
+
+def test_a_killed_prefill_node_is_survived(ray_cluster):
+    spec = make_spec(
+        prefill={"count": 2, "engine": {"num_gpu_blocks": 1000, "max_num_batched_tokens": 512}},
+        links={"kv": {"delay_ms": 1.0}},
+        time_scale=0.2,
+        kv_pull_timeout_s=0.2,
+        kv_pull_deadline_s=1.0,
+    )
+    # Wave 1 at t=0: 12 prompts per prefill node, one per step (~17 ms each),
+    # so prefill-0 still holds queued prompts when it dies at t=0.1 s. Wave 2
+    # arrives after the kill and must all go to prefill-1.
+    wave1 = workload(24, 512, 16, prefix="a")
+    wave2 = workload(8, 512, 16, gap_s=0.02, start_s=0.4, prefix="b")
+    result = run_ray(spec, wave1 + wave2, seed=0, handle=ray_cluster, timeout_s=60,
+                     faults=[{"kill": "prefill-0", "at": 0.1}])
+    reasons = collections.Counter(r.finish_reason for r in result.requests)
+
+    assert result.invariant_errors == []  # every request terminal; survivors drained and free
+    assert len(result.requests) == len(wave1) + len(wave2)
+    assert set(reasons) <= {"length", "error"}
+    assert reasons["error"] >= 1  # prompts queued at prefill-0 when it died, failed with a clear status
+    assert all(r.finish_reason == "length" for r in result.requests if r.request_id.startswith("b"))
+    assert result.node_counters["prefill-0"]["killed"] == 1
+    assert 0.1 <= result.extra["killed"]["prefill-0"] < 0.2
+    decode = result.node_counters["decode-0"]
+    # Pulls from the dead node cannot land; the decode node recomputed those.
+    assert decode["kv_pulls_failed"] == decode.get("kv_pulls_failed_producer_unavailable", 0) + decode.get(
+        "kv_pulls_failed_deadline_exceeded", 0)
