@@ -33,34 +33,49 @@ def check_tokens(rec, token_at, eos_token_id: int, max_model_len: int | None = N
     return errors
 
 
-def check_run(cluster, result: "RunResult") -> list[str]:
+def check_node(name: str, core) -> list[str]:
+    """A node at the end of a run: blocks conserved, no double free, nothing
+    held, nothing deferred, the pool fully free."""
     errors: list[str] = []
-    sampler = next(iter(cluster.nodes.values())).core.sampler
-    max_model_len = cluster.spec.decode.engine.max_model_len
-    for rec in result.requests:
+    try:
+        core.check_block_conservation()
+    except AssertionError as e:
+        errors.append(str(e))
+    s = core.scheduler
+    if s.requests:
+        errors.append(f"{name}: {len(s.requests)} request(s) still held at the end: {sorted(s.requests)[:5]}")
+    if s.deferred_frees:
+        errors.append(f"{name}: {sum(len(b) for _, b in s.deferred_frees)} block(s) still deferred at the end")
+    pool = s.kv_cache_manager.block_pool
+    if not s.requests and pool.get_num_free_blocks() != pool.num_gpu_blocks - 1:
+        errors.append(f"{name}: block pool not fully free at the end ({pool.get_num_free_blocks()} of {pool.num_gpu_blocks - 1})")
+    return errors
+
+
+def check_requests(records, token_at, eos_token_id: int, max_model_len: int | None, released_ids) -> list[str]:
+    """Every request terminal; every token present once, in order, no gaps;
+    every request of the workload released by the load driver."""
+    errors: list[str] = []
+    for rec in records:
         if rec.finish_reason is None:
             errors.append(f"{rec.request_id}: not in a terminal state at the end of the run")
             continue
         if rec.finish_reason in ("stop", "length"):
-            errors.extend(check_tokens(rec, sampler.token_at, sampler.eos_token_id, max_model_len))
-    released = {r.request_id for r in result.requests}
-    for req_id in cluster._workload:
-        if req_id not in released:
+            errors.extend(check_tokens(rec, token_at, eos_token_id, max_model_len))
+    seen = {r.request_id for r in records}
+    for req_id in released_ids:
+        if req_id not in seen:
             errors.append(f"{req_id}: never released by the load driver")
+    return errors
+
+
+def check_run(cluster, result: "RunResult") -> list[str]:
+    """All end-of-run checks of an in-process run."""
+    sampler = next(iter(cluster.nodes.values())).core.sampler
+    errors = check_requests(
+        result.requests, sampler.token_at, sampler.eos_token_id, cluster.spec.decode.engine.max_model_len, cluster._workload
+    )
     for name, node in cluster.nodes.items():
-        if not node.alive:
-            continue
-        core = node.core
-        try:
-            core.check_block_conservation()
-        except AssertionError as e:
-            errors.append(str(e))
-        s = core.scheduler
-        if s.requests:
-            errors.append(f"{name}: {len(s.requests)} request(s) still held at the end: {sorted(s.requests)[:5]}")
-        if s.deferred_frees:
-            errors.append(f"{name}: {sum(len(b) for _, b in s.deferred_frees)} block(s) still deferred at the end")
-        pool = s.kv_cache_manager.block_pool
-        if not s.requests and pool.get_num_free_blocks() != pool.num_gpu_blocks - 1:
-            errors.append(f"{name}: block pool not fully free at the end ({pool.get_num_free_blocks()} of {pool.num_gpu_blocks - 1})")
+        if node.alive:
+            errors.extend(check_node(name, node.core))
     return errors

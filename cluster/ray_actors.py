@@ -18,7 +18,6 @@ import asyncio
 import os
 import time
 from dataclasses import replace
-from types import SimpleNamespace
 
 from cluster.ray_env import ray
 from decode_node.node import DecodeNode
@@ -27,9 +26,8 @@ from decode_node.stage_worker import StageStreamExecutor, StageWorker
 from engine.node_core import NodeSpec
 from prefill_node.node import PrefillNode
 
-from .invariants import check_run
+from .invariants import check_node
 from .ray_placement import colocated_options, current_node_id
-from .run_result import RunResult
 
 
 def _where() -> dict:
@@ -39,12 +37,8 @@ def _where() -> dict:
 def node_report(node) -> dict:
     """Counters, step records, shadow violations and invariant errors of one node."""
     core = node.core
-    # `check_run` over a one-node view with no requests runs exactly its
-    # per-node checks (requests and their tokens are checked by the driver).
-    engine = SimpleNamespace(max_model_len=core.vllm_config.scheduler_config.max_model_len)
-    view = SimpleNamespace(nodes={node.name: SimpleNamespace(alive=True, core=core)}, _workload={},
-                           spec=SimpleNamespace(decode=SimpleNamespace(engine=engine)))
-    errors = check_run(view, RunResult("wall", 0.0, [], [], {}))
+    # Requests and their tokens are checked by the driver.
+    errors = check_node(node.name, core)
     loop = node.loop
     if loop is not None and loop.error:
         errors.append(f"{node.name}: {loop.error}")

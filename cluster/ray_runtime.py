@@ -38,7 +38,7 @@ from decode_node.wall_clock import RunClock
 from engine.records import WorkloadRequest
 from engine.sampler import DeterministicSampler
 
-from .invariants import check_tokens
+from .invariants import check_requests
 from .ray_actors import DecodeNodeActor, PrefillNodeActor
 from .ray_cluster import RayClusterHandle
 from .ray_driver import LoadDriver
@@ -215,16 +215,10 @@ class _RayRun:
         errors: list[str] = []
         sampler = DeterministicSampler(spec.sampler.seed + self.seed, spec.sampler.stop_probability)
         records = sorted(driver.records.values(), key=lambda r: (r.arrival_time, r.request_id))
-        for rec in records:
-            if rec.finish_reason is None:
-                errors.append(f"{rec.request_id}: not in a terminal state at the end of the run")
-            elif rec.finish_reason in ("stop", "length"):
-                errors.extend(check_tokens(rec, sampler.token_at, sampler.eos_token_id,
-                                           spec.decode.engine.max_model_len))
+        errors.extend(check_requests(records, sampler.token_at, sampler.eos_token_id,
+                                     spec.decode.engine.max_model_len, [w.request_id for w in workload]))
         for w in workload:
-            if w.request_id not in driver.released:
-                errors.append(f"{w.request_id}: never released by the load driver")
-            elif w.request_id not in driver.records:
+            if w.request_id in driver.released and w.request_id not in driver.records:
                 errors.append(f"{w.request_id}: released but never reached the proxy")
         if driver.stalled:
             errors.append("the run stalled: no progress within the stall timeout")
