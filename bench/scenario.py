@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cluster.spec import ClusterSpec
 from engine.records import WorkloadRequest
 
+from .compare import Ref, ThresholdError, parse_threshold
 from .traces import TraceError, load_trace
 from .workloads import WorkloadSpecError, generate_workload, parse_workload_spec
 from .workloads.spec import format_validation_error
@@ -130,11 +131,26 @@ class Scenario:
         self._clusters = {v.name: self._cluster_for(v) for v in self.variants}
         for v in self.variants:
             self._workload_spec_for(v)
+        self._check_thresholds()
         if self.file.report.baseline and self.file.report.baseline not in self._clusters:
             raise ScenarioError(
                 f"scenario {source}: report.baseline={self.file.report.baseline!r} is not a variant; "
                 f"allowed: {sorted(self._clusters)}"
             )
+
+    def _check_thresholds(self) -> None:
+        """Thresholds parse, and every variant they name exists."""
+        for text in self.file.thresholds:
+            try:
+                tree = parse_threshold(text)
+            except ThresholdError as exc:
+                raise ScenarioError(f"scenario {self.source}: thresholds: {exc}") from None
+            for ref in _refs(tree):
+                if ref.variant not in self._clusters:
+                    raise ScenarioError(
+                        f"scenario {self.source}: threshold {text!r} names variant {ref.variant!r}; "
+                        f"allowed: {sorted(self._clusters)}"
+                    )
 
     # -- variants --------------------------------------------------------------
     def _expand_variants(self) -> list[Variant]:
@@ -205,6 +221,15 @@ class Scenario:
         for key, value in overrides.items():
             set_dotted(raw, key, value, where="--set")
         return Scenario(raw, self.source)
+
+
+def _refs(tree):
+    """Every metric[variant] reference in a parsed threshold."""
+    if isinstance(tree, Ref):
+        yield tree
+    elif isinstance(tree, (tuple, list)):
+        for part in tree:
+            yield from _refs(part)
 
 
 def set_dotted(raw: dict, key: str, value: Any, where: str) -> None:

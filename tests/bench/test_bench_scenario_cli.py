@@ -112,3 +112,13 @@ def test_bad_set_is_a_clear_error(tmp_path, capsys):
     path = write(tmp_path, TINY)
     assert main(["run", str(path), "--set", "cluster.decode.engine.max_num_seqs=0"]) == 2
     assert "max_num_seqs" in capsys.readouterr().out
+
+
+def test_thresholds_are_checked_at_load(tmp_path):
+    data = json.loads(json.dumps(TINY))
+    data["thresholds"] = ["num_preemptions[nope] == 0"]
+    with pytest.raises(ScenarioError, match="names variant 'nope'"):
+        load_scenario(write(tmp_path, data))
+    data["thresholds"] = ["num_preemptions[fixed] =="]
+    with pytest.raises(ScenarioError, match="thresholds"):
+        load_scenario(write(tmp_path, data))
