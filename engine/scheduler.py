@@ -3,8 +3,8 @@
 deferred block-free fence and a switch between the cascade fix (PR #49675)
 and the pre-fix retry.
 
-Output processing, frees and the fence drain live in `output_processor.py`;
-this module builds steps.
+The waiting-queue pass lives in `waiting_pass.py`; output processing, frees
+and the fence drain in `output_processor.py`; this module builds steps.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ from .counters import SchedulerCounters
 from .kv_cache_manager import KVCacheBlocks, KVCacheManager, cdiv
 from .kv_connector.base import KVConnectorBase
 from .output_processor import OutputProcessorMixin
+from .waiting_pass import WaitingPassMixin
 from .outputs import CachedRequestData, NewRequestData, SchedulerOutput
 from .request import Request, RequestStatus
 from .request_queue import create_request_queue
 
 
-class Scheduler(OutputProcessorMixin):
+class Scheduler(WaitingPassMixin, OutputProcessorMixin):
     def __init__(self, vllm_config: VllmConfig, connector: KVConnectorBase | None = None) -> None:
         self.vllm_config = vllm_config
         sc = self.scheduler_config = vllm_config.scheduler_config
@@ -297,147 +298,6 @@ class Scheduler(OutputProcessorMixin):
         scheduler_output.sched_step_seq = self.sched_step_seq
         self._update_after_schedule(scheduler_output)
         return scheduler_output
-
-    def _schedule_waiting(
-        self,
-        token_budget: int,
-        input_budget: int,
-        defer_prefills: bool,
-        long_prefill_threshold: int,
-        scheduled_new_reqs: list[Request],
-        scheduled_resumed_reqs: list[Request],
-        req_to_new_blocks: dict[str, KVCacheBlocks],
-        num_scheduled_tokens: dict[str, int],
-    ) -> int:
-        kvm = self.kv_cache_manager
-        connector = self.connector
-        skipped_waiting: deque[Request] = deque()
-        skipped_kv_holding: deque[Request] = deque()
-
-        def skip_request(queue) -> None:
-            r = queue.pop_request()
-            self.deferred_waiting.add(r)
-            (skipped_kv_holding if self._holds_kv_blocks(r) else skipped_waiting).appendleft(r)
-
-        while token_budget > 0:
-            queue = self.kv_holding_waiting if self.kv_holding_waiting else self.waiting
-            if not queue or input_budget <= 0:
-                break
-            if len(self.running) >= self.max_num_active_reqs:
-                break
-            request = queue.peek_request()
-            if not self._handle_blocked_waiting_request(request):
-                skip_request(queue)
-                continue
-            if request.num_stale_output_tokens and not request.drop_stale_output:
-                # Its in-flight output will still deliver a position; resuming
-                # now could sample that position twice.
-                skip_request(queue)
-                continue
-
-            num_external_computed_tokens = 0
-            load_kv_async = False
-            if request.num_computed_tokens == 0:
-                num_computed_tokens = 0
-                if connector is not None:
-                    ext_tokens, load_kv_async = connector.get_num_new_matched_tokens(request, 0)
-                    if ext_tokens is None:
-                        skip_request(queue)
-                        continue
-                    num_external_computed_tokens = ext_tokens
-                    num_computed_tokens = ext_tokens
-            else:
-                num_computed_tokens = request.num_computed_tokens
-
-            if load_kv_async:
-                num_new_tokens = 0
-            elif defer_prefills and num_computed_tokens < request.num_tokens - 1:
-                break
-            else:
-                request_token_budget = min(token_budget, input_budget)
-                num_new_tokens = request.num_tokens - num_computed_tokens
-                if 0 < long_prefill_threshold < num_new_tokens:
-                    num_new_tokens = long_prefill_threshold
-                if not self.scheduler_config.enable_chunked_prefill and num_new_tokens > request_token_budget:
-                    break
-                num_new_tokens = min(num_new_tokens, request_token_budget)
-
-            reserved_blocks = self._inflight_prefill_reserved_blocks() if load_kv_async else 0
-            new_blocks = kvm.allocate_slots(
-                request,
-                num_new_tokens,
-                num_lookahead_tokens=0 if load_kv_async else self.num_lookahead_tokens,
-                num_external_computed_tokens=num_external_computed_tokens,
-                delay_cache_blocks=load_kv_async,
-                full_sequence_must_fit=self.scheduler_reserve_full_isl,
-                reserved_blocks=reserved_blocks,
-                has_scheduled_reqs=bool(self.running),
-            )
-            if new_blocks is None:
-                break  # head-of-line: nothing behind it is tried
-
-            request_id = request.request_id
-            if connector is not None:
-                connector.update_state_after_alloc(request, kvm.get_blocks(request_id), num_external_computed_tokens)
-
-            if load_kv_async:
-                request.status = RequestStatus.WAITING_FOR_REMOTE_KVS
-                request.num_computed_tokens = num_computed_tokens
-                self._inflight_prefills.add(request)
-                skip_request(queue)
-                continue
-
-            request = queue.pop_request()
-            self.deferred_waiting.discard(request)
-            self.running.append(request)
-            if request.status == RequestStatus.WAITING:
-                scheduled_new_reqs.append(request)
-            elif request.status == RequestStatus.PREEMPTED:
-                scheduled_resumed_reqs.append(request)
-            else:
-                raise RuntimeError(f"Invalid request status: {request.status}")
-            req_to_new_blocks[request_id] = kvm.get_blocks(request_id)
-            num_scheduled_tokens[request_id] = num_new_tokens
-            token_budget -= num_new_tokens
-            input_budget -= num_new_tokens
-            request.status = RequestStatus.RUNNING
-            request.num_computed_tokens = num_computed_tokens
-            if num_computed_tokens + num_new_tokens < request.num_tokens:
-                self._inflight_prefills.add(request)
-
-        if skipped_kv_holding:
-            self.kv_holding_waiting.prepend_requests(skipped_kv_holding)
-        if skipped_waiting:
-            self.waiting.prepend_requests(skipped_waiting)
-        if not defer_prefills:
-            _, num_waiting = self.get_request_counts()
-            self.prefill_capacity_bound = num_waiting > len(self.deferred_waiting)
-        return token_budget
-
-    def _handle_blocked_waiting_request(self, request: Request) -> bool:
-        """False = skip it this step; promotes a completed async KV load."""
-        if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
-            if request.request_id not in self.finished_recving_kv_req_ids:
-                return False
-            self._update_waiting_for_remote_kv(request)
-            request.status = RequestStatus.PREEMPTED if request.num_preemptions else RequestStatus.WAITING
-        return True
-
-    def _update_waiting_for_remote_kv(self, request: Request) -> None:
-        if request.request_id in self.failed_recving_kv_req_ids:
-            if not request.num_computed_tokens:
-                self.kv_cache_manager.free(request)
-            self.failed_recving_kv_req_ids.remove(request.request_id)
-        if request.num_computed_tokens == request.num_tokens:
-            # Recompute the last prompt token to sample the first output.
-            request.num_computed_tokens = request.num_tokens - 1
-        self.finished_recving_kv_req_ids.remove(request.request_id)
-
-    def _inflight_prefill_reserved_blocks(self) -> int:
-        kvm = self.kv_cache_manager
-        return sum(
-            kvm.get_num_blocks_to_allocate(r, min(r.num_tokens, self.max_model_len)) for r in self._inflight_prefills
-        )
 
     def _make_cached_request_data(
         self,
