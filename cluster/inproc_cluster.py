@@ -102,6 +102,9 @@ class InProcCluster:
         now = self.loop.now
         self.records[w.request_id] = RequestRecord(w.request_id, now, w.prompt_len, w.output_len, w.priority)
         self._log("arrive", w.request_id)
+        if self.prefill_nodes and self.prefill_router is None:
+            self._finish(w.request_id, "error")  # every prefill node is gone
+            return
         if self.prefill_router is not None:
             node = self.prefill_router.pick()
             self._send(node, self._make_request(w, max_tokens=1, params={"do_remote_decode": True}))
@@ -213,6 +216,12 @@ class InProcCluster:
         node = self.nodes[name]
         node.kill()
         self._log("kill", name)
+        # The proxy stops routing to it (it notices the dead connection).
+        live_prefill = [n for n in self.prefill_nodes if n.alive]
+        live_decode = [n for n in self.decode_nodes if n.alive]
+        self.prefill_router = Router(live_prefill, self.spec.routing, InProcNode.load) if live_prefill else None
+        if live_decode:
+            self.decode_router = Router(live_decode, self.spec.routing, InProcNode.load)
         # Requests in the middle of a prefill there are lost to the proxy: fail them.
         for req_id in list(node.core.scheduler.requests):
             rec = self.records.get(req_id)

@@ -112,6 +112,9 @@ def test_killed_prefill_node_fails_its_requests_and_nothing_hangs():
     assert reasons <= {"length", "stop", "error"} and "error" in reasons and "length" in reasons
     assert len(result.requests) == 40
     assert result.invariant_errors == []
+    # After the kill the proxy routes every new request to the surviving node.
+    late = [r for r in result.requests if r.arrival_time > 0.2]
+    assert late and all(r.finish_reason == "length" for r in late)
 
 
 def test_lossy_kv_link_retries_and_finishes():
