@@ -1,10 +1,22 @@
 """Live observation of a run: a Prometheus `/metrics` endpoint per node (vLLM's
 metric names) and vLLM-style periodic log lines per node, fed by the
-runtime's step and request hooks."""
+runtime's step and request hooks.
+
+- `NodeObserver`: one node's exporter and stats logger.
+- `LiveObserver`: every node of an in-process run, in this process.
+- `RayLiveObserver`: the same for a Ray run. Each node actor builds its own
+  `NodeObserver` through `start_node_observer` (a module-level function, so
+  Ray pickles it by reference and the actor imports `bench` itself) and
+  serves `/metrics` from its own process; the driver relays the actors'
+  stats lines (see `cluster/ray_observe.py`).
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
 
 from engine.records import RequestRecord, StepRecord
 
@@ -12,6 +24,95 @@ from .loglines import PeriodicStatLogger
 from .prometheus import NodeMetricsExporter
 
 logger = logging.getLogger("disagg_sim.stats")
+
+
+class _BufferHandler(logging.Handler):
+    """Keeps (level, message) pairs until taken: a Ray actor's lines are
+    emitted by the driver, which fetches them while the run goes on."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[tuple[int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append((record.levelno, record.getMessage()))
+
+
+class NodeObserver:
+    """One node's `/metrics` exporter and, with `log_interval`, its periodic
+    stats logger. `buffer_lines=True` keeps the lines for `take_log_records()`
+    instead of logging them here (a Ray actor's logging does not reach the
+    driver)."""
+
+    def __init__(
+        self,
+        node_name: str,
+        engine_index: int = 0,
+        log_interval: float | None = None,
+        model_name: str = "disagg-sim",
+        style: str = "v1",
+        buffer_lines: bool = False,
+    ) -> None:
+        self.node_name = node_name
+        self.exporter = NodeMetricsExporter(node_name, model_name=model_name)
+        self._buffer: _BufferHandler | None = None
+        log = logger
+        if buffer_lines:
+            # A private logger (not in logging's registry), so nothing else sees these records.
+            log = logging.Logger(f"disagg_sim.stats.{node_name}", logging.DEBUG)
+            self._buffer = _BufferHandler()
+            log.addHandler(self._buffer)
+        self.stat_logger = (
+            PeriodicStatLogger(engine_index=engine_index, interval=log_interval, style=style, node_name=node_name,
+                               log=log)
+            if log_interval
+            else None
+        )
+
+    # -- serving ------------------------------------------------------------------
+    def start(self, port: int, host: str = "127.0.0.1") -> str:
+        self.exporter.start(port, host)
+        return self.exporter.url
+
+    @property
+    def url(self) -> str | None:
+        return self.exporter.url
+
+    def close(self) -> None:
+        self.exporter.stop()
+
+    # -- feeding ------------------------------------------------------------------
+    def on_step(self, step: StepRecord) -> None:
+        self.exporter.observe_step(step)
+        if self.stat_logger is not None:
+            self.stat_logger.record_step(step)
+
+    def on_request_finished(self, rec: RequestRecord) -> None:
+        self.exporter.observe_request(rec)
+
+    def on_requests_finished(self, records: Iterable[RequestRecord]) -> None:
+        for rec in records:
+            self.exporter.observe_request(rec)
+
+    def sync_counters(self, counters: Mapping[str, int]) -> None:
+        self.exporter.sync_counters(counters)
+
+    def refresh(self, gauges: Mapping[str, float], counters: Mapping[str, int]) -> None:
+        """The node's state between steps: gauges as `update_gauges` takes
+        them, counters as the node reports them."""
+        self.exporter.update_gauges(**gauges)
+        self.exporter.sync_counters(counters)
+
+    @property
+    def lines(self) -> list[str]:
+        return list(self.stat_logger.lines) if self.stat_logger is not None else []
+
+    def take_log_records(self) -> list[tuple[int, str]]:
+        """(logging level, line) emitted since the last call (buffered observers only)."""
+        if self._buffer is None:
+            return []
+        out, self._buffer.records = self._buffer.records, []
+        return out
 
 
 class LiveObserver:
@@ -26,41 +127,118 @@ class LiveObserver:
         """`metrics_port`: None = no HTTP endpoint; 0 = an ephemeral port per
         node; N = node i serves on N + i. `log_interval`: seconds of the run's
         clock between log lines per node (None = no lines)."""
-        self.exporters = {n: NodeMetricsExporter(n, model_name=model_name) for n in node_names}
-        self.loggers = (
-            {n: PeriodicStatLogger(engine_index=i, interval=log_interval, style=style, node_name=n, log=logger)
-             for i, n in enumerate(node_names)}
-            if log_interval
-            else {}
-        )
+        self.nodes = {
+            n: NodeObserver(n, engine_index=i, log_interval=log_interval, model_name=model_name, style=style)
+            for i, n in enumerate(node_names)
+        }
+        self.exporters = {n: o.exporter for n, o in self.nodes.items()}
+        self.loggers = {n: o.stat_logger for n, o in self.nodes.items() if o.stat_logger is not None}
         self.urls: dict[str, str] = {}
+        self.held_s = 0.0  # the runner holds in-process endpoints itself, after the run
         if metrics_port is not None:
-            for i, (name, exp) in enumerate(self.exporters.items()):
-                exp.start(0 if metrics_port == 0 else metrics_port + i)
-                self.urls[name] = exp.url
+            try:
+                for i, (name, node) in enumerate(self.nodes.items()):
+                    self.urls[name] = node.start(0 if metrics_port == 0 else metrics_port + i)
+            except BaseException:
+                self.close()  # no server left behind when a later port is taken
+                raise
 
     def on_step(self, step: StepRecord) -> None:
-        exp = self.exporters.get(step.node)
-        if exp is not None:
-            exp.observe_step(step)
-        log = self.loggers.get(step.node)
-        if log is not None:
-            log.record_step(step)
+        node = self.nodes.get(step.node)
+        if node is not None:
+            node.on_step(step)
 
     def on_request_finished(self, node_name: str, rec: RequestRecord) -> None:
-        exp = self.exporters.get(node_name)
-        if exp is not None:
-            exp.observe_request(rec)
+        node = self.nodes.get(node_name)
+        if node is not None:
+            node.on_request_finished(rec)
 
     def sync_counters(self, node_counters: dict[str, dict]) -> None:
         for name, counters in node_counters.items():
-            if name in self.exporters:
-                self.exporters[name].sync_counters(counters)
+            if name in self.nodes:
+                self.nodes[name].sync_counters(counters)
 
     @property
     def log_lines(self) -> list[str]:
-        return [line for lg in self.loggers.values() for line in lg.lines]
+        return [line for node in self.nodes.values() for line in node.lines]
 
     def close(self) -> None:
-        for exp in self.exporters.values():
-            exp.stop()
+        for node in self.nodes.values():
+            node.close()
+
+
+# ---- the Ray runtime ---------------------------------------------------------------------
+
+def start_node_observer(
+    node_name: str,
+    index: int,
+    host: str,
+    *,
+    metrics_port: int | None,
+    log_interval: float | None,
+    model_name: str = "disagg-sim",
+    style: str = "v1",
+) -> NodeObserver:
+    """Runs inside a Ray node actor (`cluster.ray_observe.ObserverFactory`):
+    node `index` serves on `host`:`metrics_port + index` (0 = ephemeral,
+    None = no endpoint); its stats lines are buffered for the driver."""
+    node = NodeObserver(node_name, engine_index=index, log_interval=log_interval, model_name=model_name,
+                        style=style, buffer_lines=True)
+    if metrics_port is not None:
+        port = 0 if metrics_port == 0 else metrics_port + index
+        try:
+            node.start(port, host)
+        except OSError as err:
+            raise OSError(f"{node_name}: cannot serve /metrics on {host}:{port} ({err}); "
+                          f"choose another --metrics-port, or 0 for ephemeral ports") from err
+    return node
+
+
+class RayLiveObserver:
+    """What `run_ray` needs for live observation (`run_ray_kwargs()`), and
+    the runner's view of it: the URLs once the actors serve them, and
+    `--hold-metrics` honoured inside the run (the endpoints die with the
+    actors, so the hold happens before `run_ray` tears them down)."""
+
+    def __init__(
+        self,
+        metrics_port: int | None = None,
+        log_interval: float | None = None,
+        hold_s: float = 0.0,
+        model_name: str = "disagg-sim",
+        style: str = "v1",
+        announce: Callable[[str], None] = print,
+    ) -> None:
+        if metrics_port is not None and not 0 <= metrics_port <= 65535:
+            raise ValueError(f"metrics_port={metrics_port} is invalid; allowed: 0 (ephemeral) to 65535, or None")
+        if log_interval is not None and log_interval <= 0:
+            raise ValueError(f"log_interval={log_interval} is invalid; allowed: seconds > 0, or None")
+        if hold_s < 0:
+            raise ValueError(f"hold_s={hold_s} is invalid; allowed: seconds >= 0")
+        self.factory = functools.partial(start_node_observer, metrics_port=metrics_port, log_interval=log_interval,
+                                         model_name=model_name, style=style)
+        self.hold_s = hold_s
+        self.announce = announce
+        self.urls: dict[str, str] = {}
+        self.held_s = 0.0  # seconds the last run spent holding its endpoints (not run time)
+
+    def run_ray_kwargs(self) -> dict:
+        return {"observer_factory": self.factory, "on_metrics_urls": self._on_urls, "while_serving": self._hold}
+
+    def _on_urls(self, urls: dict[str, str]) -> None:
+        self.urls = dict(urls)
+        if urls:
+            self.announce("metrics: " + ", ".join(f"{n} {u}" for n, u in urls.items()))
+
+    def _hold(self, urls: dict[str, str]) -> None:
+        if self.hold_s > 0 and urls:
+            self.announce(f"serving /metrics for {self.hold_s:g}s: " + ", ".join(urls.values()))
+            t0 = time.monotonic()
+            time.sleep(self.hold_s)
+            self.held_s = time.monotonic() - t0
+
+    def sync_counters(self, node_counters: dict[str, dict]) -> None:
+        """Nothing to do: each actor synced its exporter before it reported."""
+
+    def close(self) -> None:
+        """Nothing to do: the endpoints closed with the run's actors."""

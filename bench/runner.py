@@ -62,16 +62,21 @@ def run_one(scenario: Scenario, variant: str, repeat: int, runtime: str, ray_han
         return cluster.run()
     from cluster.ray_runtime import run_ray
 
-    return run_ray(spec, workload, seed=seed, max_concurrency=max_concurrency, handle=ray_handle, faults=faults)
+    return run_ray(spec, workload, seed=seed, max_concurrency=max_concurrency, handle=ray_handle, faults=faults,
+                   **(observer.run_ray_kwargs() if observer is not None else {}))
 
 
-def _observer_for(scenario: Scenario, variant: str, runtime: str, metrics_port, log_interval, console):
+def _observer_for(scenario: Scenario, variant: str, runtime: str, metrics_port, log_interval, console,
+                  hold_metrics: float = 0.0):
     if metrics_port is None and not log_interval:
         return None
-    if runtime != "inproc":
-        console.print("[yellow]live /metrics and log lines are served by the in-process runtime only; "
-                      "Ray nodes report their counters at the end of the run[/]")
-        return None
+    if runtime == "ray":
+        from .observe import RayLiveObserver
+
+        # Each node actor serves its own /metrics; the URLs are printed when
+        # the actors are up, and the hold happens inside the run.
+        return RayLiveObserver(metrics_port=metrics_port, log_interval=log_interval, hold_s=hold_metrics,
+                               announce=console.print)
     from .observe import LiveObserver
 
     names = [spec.name for _, spec, _ in scenario.cluster(variant).node_specs()]
@@ -118,13 +123,14 @@ def run_scenario(
                 for repeat in range(scenario.file.repeats):
                     bar.update(task, description=f"{scenario.name}: {variant} r{repeat}")
                     t0 = time.monotonic()
-                    observer = _observer_for(scenario, variant, runtime, metrics_port, log_interval, console)
+                    observer = _observer_for(scenario, variant, runtime, metrics_port, log_interval, console,
+                                             hold_metrics)
                     try:
                         run = run_one(scenario, variant, repeat, runtime, handle, debug_invariants, observer)
-                        wall = time.monotonic() - t0
+                        wall = time.monotonic() - t0 - (observer.held_s if observer is not None else 0.0)
                         if observer is not None:
                             observer.sync_counters(run.node_counters)
-                            if hold_metrics > 0:
+                            if hold_metrics > 0 and runtime == "inproc":  # Ray held inside run_ray
                                 console.print(f"serving /metrics for {hold_metrics:g}s: " + ", ".join(observer.urls.values()))
                                 time.sleep(hold_metrics)
                     finally:

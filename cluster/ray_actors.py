@@ -10,6 +10,9 @@ from the proxy share one event loop and never race.
 The end-of-run report runs `cluster.invariants.check_run` on the node's own
 core inside the actor, so the Ray runtime checks exactly what the in-process
 runtime checks.
+
+With an `observer_factory` (`cluster/ray_observe.py`) a node actor also
+serves its own `/metrics` and buffers its stats lines for the driver.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from engine.node_core import NodeSpec
 from prefill_node.node import PrefillNode
 
 from .invariants import check_node
+from .ray_observe import ActorObservation, ObserverFactory
 from .ray_placement import colocated_options, current_node_id
 
 
@@ -63,11 +67,31 @@ class _NodeShell:
 
     node: PrefillNode | DecodeNode
 
-    def _init_shell(self) -> None:
+    def _init_shell(self, observer_factory: ObserverFactory | None, index: int) -> None:
         self._stopped = asyncio.Event()
+        self._observer_factory = observer_factory
+        self._index = index
+        self.observation: ActorObservation | None = None
+
+    def _start_observation(self) -> dict:
+        """The node's /metrics on its own address (127.0.0.1 on a local cluster)."""
+        if self._observer_factory is None:
+            return {}
+        self.observation = ActorObservation(self._observer_factory, self._index, self.node)
+        return {"metrics_url": self.observation.start(ray.util.get_node_ip_address())}
 
     async def begin(self, start_wall: float, proxy_address: tuple[str, int]) -> None:
         await self.node.begin(start_wall, tuple(proxy_address))
+        if self.observation is not None:
+            self.observation.begin()
+
+    async def observe_requests(self, records: list) -> None:
+        """Finished requests this node served, for its latency histograms."""
+        if self.observation is not None:
+            self.observation.observe_requests(records)
+
+    async def take_stats_lines(self) -> list[tuple[int, str]]:
+        return self.observation.take_log_records() if self.observation is not None else []
 
     async def quiesce(self, timeout_s: float) -> bool:
         """Wait until nothing is scheduled, in flight, pulled or held; False on timeout."""
@@ -80,27 +104,37 @@ class _NodeShell:
         return True
 
     async def report(self) -> dict:
-        return node_report(self.node)
+        report = node_report(self.node)
+        if self.observation is not None:
+            self.observation.refresh()  # the endpoint shows the counters just reported
+            report["observer_errors"] = list(self.observation.errors)
+        return report
 
     async def wait_stopped(self) -> None:
         """Never returns while the node lives: the proxy's liveness watch."""
         await self._stopped.wait()
 
+    async def _close_observation(self) -> None:
+        if self.observation is not None:
+            await self.observation.close()
+
     async def stop(self) -> None:
+        await self._close_observation()
         await self.node.close()
         self._stopped.set()
 
 
 @ray.remote(num_cpus=0)
 class PrefillNodeActor(_NodeShell):
-    def __init__(self, spec: NodeSpec, settings: WallNodeSettings) -> None:
-        self._init_shell()
+    def __init__(self, spec: NodeSpec, settings: WallNodeSettings, observer_factory: ObserverFactory | None = None,
+                 index: int = 0) -> None:
+        self._init_shell(observer_factory, index)
         settings = replace(settings, kv_host=ray.util.get_node_ip_address())
         self.node = PrefillNode(spec, settings)
 
     async def start(self) -> dict:
         address = await self.node.start()
-        return {"name": self.node.name, "address": address, **_where()}
+        return {"name": self.node.name, "address": address, **self._start_observation(), **_where()}
 
 
 @ray.remote(num_cpus=0)
@@ -132,8 +166,9 @@ class StageWorkerActor:
 
 @ray.remote(num_cpus=0)
 class DecodeNodeActor(_NodeShell):
-    def __init__(self, spec: NodeSpec, settings: WallNodeSettings, stage_name_prefix: str = "") -> None:
-        self._init_shell()
+    def __init__(self, spec: NodeSpec, settings: WallNodeSettings, stage_name_prefix: str = "",
+                 observer_factory: ObserverFactory | None = None, index: int = 0) -> None:
+        self._init_shell(observer_factory, index)
         self.spec = spec
         self.settings = settings
         self.stage_name_prefix = stage_name_prefix
@@ -161,17 +196,19 @@ class DecodeNodeActor(_NodeShell):
         await asyncio.gather(*(self.stages[i].connect_next.remote(self.stage_addresses[i + 1]) for i in range(pp - 1)))
         stage_where = await asyncio.gather(*(st.ready.remote() for st in self.stages))
         return {"name": self.node.name, "stages": self.stage_addresses,
-                "stage_ray_node_ids": [w["ray_node_id"] for w in stage_where], **_where()}
+                "stage_ray_node_ids": [w["ray_node_id"] for w in stage_where], **self._start_observation(),
+                **_where()}
 
     async def begin(self, start_wall: float, proxy_address: tuple[str, int]) -> list[dict]:
         where = await asyncio.gather(*(stage.begin.remote(start_wall) for stage in self.stages))
-        await self.node.begin(start_wall, tuple(proxy_address))
+        await super().begin(start_wall, proxy_address)
         return list(where)
 
     async def stage_stats(self) -> list[dict]:
         return list(await asyncio.gather(*(stage.stats.remote() for stage in self.stages)))
 
     async def stop(self) -> None:
+        await self._close_observation()
         await self.node.close()
         try:
             await asyncio.wait_for(asyncio.gather(*(st.stop.remote() for st in self.stages)), 5.0)

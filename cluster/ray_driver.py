@@ -22,13 +22,17 @@ from engine.records import RequestRecord, WorkloadRequest
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[dict], None]
+# (node that served it, its record) for each request finished in one batch of client events.
+OnFinished = Callable[[list[tuple[str, RequestRecord]]], None]
 
 
 class LoadDriver:
     def __init__(self, submit: Callable[[list[tuple]], None], workload: list[WorkloadRequest], clock: RunClock,
-                 max_concurrency: int | None = None, progress: Progress | None = None) -> None:
+                 max_concurrency: int | None = None, progress: Progress | None = None,
+                 on_finished: OnFinished | None = None) -> None:
         """`submit(batch)` hands (request_id, prompt_len, output_len, priority)
-        tuples to the proxy; client events come back through `handle`."""
+        tuples to the proxy; client events come back through `handle`.
+        `on_finished` hears of finished requests (live metrics)."""
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError(f"max_concurrency={max_concurrency} is invalid; allowed: >= 1 or None (open loop)")
         self.submit = submit
@@ -37,6 +41,7 @@ class LoadDriver:
         self.clock = clock
         self.max_concurrency = max_concurrency
         self.progress = progress
+        self.on_finished = on_finished
         self.records: dict[str, RequestRecord] = {}
         self.released: set[str] = set()
         self.finished = 0
@@ -83,6 +88,7 @@ class LoadDriver:
         self.last_event = self.clock.now()
         records = self.records
         finished_now = 0
+        finished: list[tuple[str, RequestRecord]] = []
         for ev in events:
             kind, rid = ev[0], ev[1]
             if kind == "arrive":
@@ -108,6 +114,9 @@ class LoadDriver:
                 self.in_flight -= 1
                 self.finished += 1
                 finished_now += 1
+                finished.append((ev[5] if len(ev) > 5 else "", rec))
+        if finished and self.on_finished is not None:
+            self.on_finished(finished)
         if finished_now:
             self._release_backlog()
             if self.progress is not None:

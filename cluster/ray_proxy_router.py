@@ -9,7 +9,8 @@ resent at once: the proxy's transport is reliable, as in-process).
 
 Client events, times in run seconds stamped here:
     ("arrive", rid, t) ("sched", rid, t) ("kv", rid, "start"|"end", t, ok)
-    ("tok", rid, token_ids, t) ("fin", rid, reason, t, num_preemptions)
+    ("tok", rid, token_ids, t) ("fin", rid, reason, t, num_preemptions, node)
+where `node` is the node the request was at when it finished ("" if none).
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ class ProxyRouter:
         req.done = True
         self._release(req)
         del self.requests[req.request_id]
-        event = ("fin", req.request_id, reason, self.clock.now(), num_preemptions)
+        event = ("fin", req.request_id, reason, self.clock.now(), num_preemptions, req.node)
         if publish:
             self.publish([event])
         return event

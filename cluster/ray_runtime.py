@@ -20,6 +20,11 @@ durations are slept as `modelled_duration * spec.time_scale`, so with
 pull timeouts and deadlines, fault times and outage windows are wall seconds
 and are not scaled. Step records carry the modelled (unscaled) duration.
 
+Live observation (`cluster/ray_observe.py`): with an `observer_factory`
+every node actor serves its own Prometheus `/metrics` and formats vLLM-style
+stats lines, which the driver logs while the run goes on;
+`extra["metrics_urls"]` lists the endpoints, which close with the actors.
+
 Faults: `[{"kill": "prefill-0", "at": 2.0}]` kills that node's actor at run
 time 2.0 s (its process and gRPC server die with it). Link outages come from
 `spec.links.*.outages` (run seconds).
@@ -42,6 +47,7 @@ from .invariants import check_requests
 from .ray_actors import DecodeNodeActor, PrefillNodeActor
 from .ray_cluster import RayClusterHandle
 from .ray_driver import LoadDriver
+from .ray_observe import DriverObservation, ObserverFactory
 from .ray_placement import describe_placement, node_actor_options, pinned_options
 from .ray_proxy import ProxyActor
 from .run_result import RunResult
@@ -83,6 +89,9 @@ def run_ray(
     kv_hold_timeout_s: float | None = None,
     quiesce_timeout_s: float = 10.0,
     keep_step_timings: bool = False,
+    observer_factory: ObserverFactory | None = None,
+    on_metrics_urls: Callable[[dict[str, str]], None] | None = None,
+    while_serving: Callable[[dict[str, str]], None] | None = None,
 ) -> RunResult:
     """Run `workload` on a Ray cluster: `handle` (shared by several runs), or
     one launched for this run (`address=None`) or attached to (`address`).
@@ -93,6 +102,13 @@ def run_ray(
     frees blocks no consumer reported on after that long. `keep_step_timings`
     adds every step's wall timing to `extra["step_timings"]` (for the
     overhead benchmark).
+
+    Live observation: `observer_factory(node_name, index, host)` runs in each
+    node actor and returns its started observer (bench's
+    `start_node_observer`); `on_metrics_urls({node: url})` is called once the
+    endpoints are up, before the run starts; `while_serving({node: url})`
+    after every node has reported and before the actors are stopped — the
+    endpoints stay up until it returns (`--hold-metrics`).
     """
     kills = parse_faults(faults, spec)
     ids = [w.request_id for w in workload]
@@ -104,24 +120,34 @@ def run_ray(
             return run_ray(spec, workload, seed, max_concurrency, None, faults, progress, handle=own,
                            timeout_s=timeout_s, stall_timeout_s=stall_timeout_s,
                            kv_hold_timeout_s=kv_hold_timeout_s, quiesce_timeout_s=quiesce_timeout_s,
-                           keep_step_timings=keep_step_timings)
+                           keep_step_timings=keep_step_timings, observer_factory=observer_factory,
+                           on_metrics_urls=on_metrics_urls, while_serving=while_serving)
     if not handle.started or handle.closed:
         raise RuntimeError("run_ray: the RayClusterHandle is not open; use it as a context manager")
-    run = _RayRun(handle, spec, seed, kv_hold_timeout_s)
+    run = _RayRun(handle, spec, seed, kv_hold_timeout_s, observer_factory)
     try:
         run.launch()
-        return asyncio.run(run.drive(
+        if on_metrics_urls is not None and run.metrics_urls:
+            on_metrics_urls(dict(run.metrics_urls))
+        result = asyncio.run(run.drive(
             workload, max_concurrency, kills, progress,
             stall_timeout_s if stall_timeout_s is not None else max(60.0, 3 * spec.kv_pull_deadline_s),
             timeout_s, quiesce_timeout_s, keep_step_timings,
         ))
+        if while_serving is not None and run.metrics_urls:
+            while_serving({n: u for n, u in run.metrics_urls.items() if n not in run.killed})
+        return result
     finally:
         run.teardown()
 
 
 class _RayRun:
-    def __init__(self, handle: RayClusterHandle, spec: ClusterSpec, seed: int, kv_hold_timeout_s: float | None) -> None:
+    def __init__(self, handle: RayClusterHandle, spec: ClusterSpec, seed: int, kv_hold_timeout_s: float | None,
+                 observer_factory: ObserverFactory | None = None) -> None:
         self.handle = handle
+        self.observer_factory = observer_factory
+        self.metrics_urls: dict[str, str] = {}
+        self.observation: DriverObservation | None = None
         self.spec = spec
         self.seed = seed
         self.name = handle.next_run_name()
@@ -153,9 +179,11 @@ class _RayRun:
             actor_name = f"{self.name}-{node_spec.name}"
             options = {"name": actor_name, **node_actor_options(role, resources)}
             if role == "prefill":
-                actor = PrefillNodeActor.options(**options).remote(node_spec, self._settings(index))
+                actor = PrefillNodeActor.options(**options).remote(node_spec, self._settings(index),
+                                                                   self.observer_factory, index)
             else:
-                actor = DecodeNodeActor.options(**options).remote(node_spec, self._settings(index), actor_name)
+                actor = DecodeNodeActor.options(**options).remote(node_spec, self._settings(index), actor_name,
+                                                                  self.observer_factory, index)
             self.handle.track(actor)
             self.nodes[node_spec.name] = actor
             self.roles[node_spec.name] = role
@@ -165,6 +193,7 @@ class _RayRun:
         infos = ray.get([a.start.remote() for a in self.nodes.values()] + [self.proxy.ready.remote()],
                         timeout=CALL_TIMEOUT_S)
         self.info = {info["name"]: info for info in infos}
+        self.metrics_urls = {n: self.info[n]["metrics_url"] for n in self.nodes if self.info[n].get("metrics_url")}
 
     async def drive(self, workload, max_concurrency, kills, progress, stall_timeout_s, timeout_s,
                     quiesce_timeout_s, keep_step_timings) -> RunResult:
@@ -175,10 +204,14 @@ class _RayRun:
         await asyncio.wait_for(asyncio.gather(
             *(actor.begin.remote(start_wall, proxy_address) for actor in self.nodes.values())), CALL_TIMEOUT_S)
         clock = RunClock.from_wall_start(start_wall)
-        driver = LoadDriver(self.proxy.submit.remote, workload, clock, max_concurrency, progress)
+        obs = self.observation = DriverObservation(self.nodes, clock) if self.observer_factory is not None else None
+        driver = LoadDriver(self.proxy.submit.remote, workload, clock, max_concurrency, progress,
+                            on_finished=obs.on_finished if obs is not None else None)
         stream = self.proxy.stream.options(num_returns="streaming").remote()
         consumer = asyncio.ensure_future(driver.consume(stream))
         tasks = [asyncio.ensure_future(driver.release_all())]
+        if obs is not None:
+            tasks.append(asyncio.ensure_future(obs.poll_lines()))
         tasks += [asyncio.ensure_future(self._kill_at(clock, name, at)) for name, at in kills]
         completed = await driver.wait_done(stall_timeout_s, timeout_s)
         # The run lasted until its last request finished (the driver hears of
@@ -197,9 +230,13 @@ class _RayRun:
             asyncio.gather(*(a.quiesce.remote(quiesce_timeout_s) for a in live.values()), return_exceptions=True),
             quiesce_timeout_s + CALL_TIMEOUT_S,
         )
+        if obs is not None:
+            await obs.flush(CALL_TIMEOUT_S)  # every finished request is in its node's histograms
         reports = await asyncio.wait_for(
             asyncio.gather(*(a.report.remote() for a in live.values()), return_exceptions=True), CALL_TIMEOUT_S
         )
+        if obs is not None:
+            await obs.fetch_lines(CALL_TIMEOUT_S)
         return self._result(driver, workload, dict(zip(live, reports)), dict(zip(live, quiet)), duration, completed,
                             proxy_stats, keep_step_timings)
 
@@ -207,6 +244,8 @@ class _RayRun:
         await clock.sleep_until(at)
         logger.warning("fault: killing %s at t=%.3f s", name, clock.now())
         self.killed[name] = clock.now()
+        if self.observation is not None:
+            self.observation.forget(name)
         ray.kill(self.nodes[name], no_restart=True)
 
     def _result(self, driver: LoadDriver, workload, reports: dict, quiet: dict, duration: float, completed: bool,
@@ -229,6 +268,7 @@ class _RayRun:
         violations: list[dict] = []
         timings: dict[str, list] = {}
         cpu: dict[str, float] = {}
+        observer_errors: list[str] = []
         for name in self.nodes:
             if name in self.killed:
                 node_counters[name] = {"killed": 1, "killed_at_s": self.killed[name]}
@@ -245,6 +285,7 @@ class _RayRun:
             violations.extend(report["violations"])
             errors.extend(report["invariant_errors"])
             timings[name] = report["timings"]
+            observer_errors.extend(report.get("observer_errors", []))
             cpu[name] = round(report["cpu_s"] - self.info.get(name, {}).get("cpu_s", 0.0), 3)
         steps.sort(key=lambda s: (s.time, s.node))
         pulls = {k: sum(c.get(f"kv_pulls_{k}", 0) for c in node_counters.values())
@@ -263,6 +304,10 @@ class _RayRun:
         }
         if keep_step_timings:
             extra["step_timings"] = timings
+        if self.observation is not None:
+            extra["metrics_urls"] = dict(self.metrics_urls)
+            extra["stats_lines"] = list(self.observation.lines)
+            extra["observer_errors"] = observer_errors
         return RunResult(clock="wall", duration=duration, requests=records, steps=steps, node_counters=node_counters,
                          violations=violations, invariant_errors=errors, extra=extra)
 
