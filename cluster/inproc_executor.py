@@ -9,34 +9,18 @@ from __future__ import annotations
 from typing import Callable
 
 from connector.link import Link
+from connector.stage_pipeline import StagePipeline
 from engine.model_runner import StepPlan
 
 from .des import EventLoop
 
-STAGE_MESSAGE_BYTES = 4096
-
 
 class VirtualPipelineExecutor:
     def __init__(self, loop: EventLoop, pp_size: int, stage_link: Link | None = None) -> None:
-        if pp_size < 1:
-            raise ValueError(f"pp_size={pp_size} is invalid; allowed: >= 1")
         self.loop = loop
-        self.pp_size = pp_size
-        self.stage_link = stage_link
-        self.stage_free_at = [0.0] * pp_size
+        self.pipeline = StagePipeline(pp_size, stage_link)
         self.busy_time = 0.0
 
     def execute(self, plan: StepPlan, duration: float, on_done: Callable[[StepPlan], None]) -> None:
-        share = duration / self.pp_size
-        t = self.loop.now
-        for i in range(self.pp_size):
-            if i and self.stage_link is not None:
-                arrival = self.stage_link.transit(t, STAGE_MESSAGE_BYTES)
-                # Stage hops ride a reliable transport: a "lost" message is
-                # resent at once, so loss shows up as no extra delay here.
-                t = arrival if arrival is not None else t
-            start = t if t > self.stage_free_at[i] else self.stage_free_at[i]
-            t = start + share
-            self.stage_free_at[i] = t
         self.busy_time += duration
-        self.loop.at(t, on_done, plan)
+        self.loop.at(self.pipeline.finish_time(self.loop.now, duration), on_done, plan)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from connector.link import Link
+from connector.stage_pipeline import StagePipeline
 from engine.model_runner import StepPlan
 from engine.node_core import NodeCore
 from engine.outputs import EngineCoreOutput
@@ -29,8 +30,6 @@ from .wall_clock import RunClock
 
 logger = logging.getLogger(__name__)
 
-# Bytes a batch descriptor occupies on a stage link (as in-process).
-STAGE_MESSAGE_BYTES = 4096
 
 
 class StepExecutor(Protocol):
@@ -52,24 +51,12 @@ class LocalPipelineExecutor:
     the stage link (if any) delays the hand-over between stages."""
 
     def __init__(self, pp_size: int, clock: RunClock, stage_link: Link | None = None) -> None:
-        if pp_size < 1:
-            raise ValueError(f"pp_size={pp_size} is invalid; allowed: >= 1")
         self.pp = pp_size
         self.clock = clock
-        self.stage_link = stage_link
-        self.stage_free_at = [0.0] * pp_size
+        self.pipeline = StagePipeline(pp_size, stage_link)
 
     async def execute(self, plan: StepPlan, wall_duration: float) -> None:
-        share = wall_duration / self.pp
-        t = self.clock.now()
-        for i in range(self.pp):
-            if i and self.stage_link is not None:
-                arrival = self.stage_link.transit(t, STAGE_MESSAGE_BYTES)
-                t = arrival if arrival is not None else t  # stage links are reliable transports
-            start = max(t, self.stage_free_at[i])
-            t = start + share
-            self.stage_free_at[i] = t
-        await self.clock.sleep_until(t)
+        await self.clock.sleep_until(self.pipeline.finish_time(self.clock.now(), wall_duration))
         return None
 
     async def connect(self) -> None:

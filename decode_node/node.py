@@ -31,7 +31,8 @@ from engine.outputs import EngineCoreOutput
 
 from .block_sink import VerifyingBlockSink
 from .engine_loop import EngineLoop, LocalPipelineExecutor, StepExecutor
-from .events import Outbox, output_events, rejection_events, request_from_wire
+from .events import Outbox, output_events
+from .proxy_intake import ProxyIntakeMixin
 from .proxy_channel import ProxyChannel
 from .settings import WallNodeSettings
 from .wall_clock import RunClock
@@ -41,7 +42,7 @@ logger = logging.getLogger(__name__)
 ExecutorFactory = Callable[[RunClock], StepExecutor]
 
 
-class DecodeNode:
+class DecodeNode(ProxyIntakeMixin):
     role = "decode"
 
     def __init__(self, spec: NodeSpec, settings: WallNodeSettings, executor_factory: ExecutorFactory | None = None) -> None:
@@ -91,19 +92,7 @@ class DecodeNode:
         self.loop = EngineLoop(self.core, executor, s, self.clock, self._emit, on_submit=self._on_submit)
         await self.channel.connect(*proxy_address)
 
-    # -- inputs -------------------------------------------------------------------
-    def add_request(self, wire: dict) -> None:
-        self.loop.add_request(request_from_wire(wire, self.core.sampler.eos_token_id))
-
-    def _on_requests(self, wires: list[dict]) -> None:
-        for wire in wires:
-            try:
-                self.add_request(wire)
-            except ValueError as err:
-                # Rejected at the door (e.g. a prompt longer than max_model_len),
-                # as vLLM's front end rejects it: the request fails, the node serves on.
-                self.outbox.put(rejection_events(wire, err))
-
+    # -- outputs (requests come in through ProxyIntakeMixin) ---------------------
     def _emit(self, outputs: list[EngineCoreOutput]) -> None:
         self.outbox.put(output_events(self.core.engine, outputs))
 

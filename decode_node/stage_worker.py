@@ -26,11 +26,11 @@ import logging
 from collections import deque
 
 from connector.link import Link, LinkSpec
+from connector.stage_pipeline import STAGE_MESSAGE_BYTES
 from engine.model_runner import StepPlan
 from engine.sampler import DeterministicSampler
 
 from .delay_line import DelayedMailbox
-from .engine_loop import STAGE_MESSAGE_BYTES
 from .frames import FrameConnection, serve
 from .wall_clock import RunClock
 

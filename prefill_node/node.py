@@ -20,7 +20,8 @@ import asyncio
 from connector.grpc_server import KVHandoffServer
 from connector.link import Link
 from decode_node.engine_loop import EngineLoop, LocalPipelineExecutor
-from decode_node.events import Outbox, output_events, rejection_events, request_from_wire
+from decode_node.events import Outbox, output_events
+from decode_node.proxy_intake import ProxyIntakeMixin
 from decode_node.proxy_channel import ProxyChannel
 from decode_node.settings import WallNodeSettings
 from decode_node.wall_clock import RunClock
@@ -30,7 +31,7 @@ from engine.outputs import EngineCoreOutput
 from .block_source import HeldBlockSource
 
 
-class PrefillNode:
+class PrefillNode(ProxyIntakeMixin):
     role = "prefill"
 
     def __init__(self, spec: NodeSpec, settings: WallNodeSettings) -> None:
@@ -74,20 +75,7 @@ class PrefillNode:
                                self.clock, self._emit)
         await self.channel.connect(*proxy_address)
 
-    # -- inputs ---------------------------------------------------------------
-    def add_request(self, wire: dict) -> None:
-        self.loop.add_request(request_from_wire(wire, self.core.sampler.eos_token_id))
-
-    def _on_requests(self, wires: list[dict]) -> None:
-        for wire in wires:
-            try:
-                self.add_request(wire)
-            except ValueError as err:
-                # Rejected at the door (e.g. a prompt longer than max_model_len),
-                # as vLLM's front end rejects it: the request fails, the node serves on.
-                self.outbox.put(rejection_events(wire, err))
-
-    # -- outputs --------------------------------------------------------------
+    # -- outputs (requests come in through ProxyIntakeMixin) -------------------
     def _emit(self, outputs: list[EngineCoreOutput]) -> None:
         now = self.clock.now()
         running_loop = asyncio.get_running_loop()
