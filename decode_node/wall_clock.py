@@ -16,6 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 # The last stretch of a sleep is slept in a thread (time.sleep is precise to
 # ~0.1 ms); what comes before it on asyncio's coarse timer.
 THREAD_TAIL_S = 0.002
+# The wake-up delay estimate: an exponential moving average, and its cap.
+LATENESS_GAIN = 0.1
+MAX_LATENESS_S = 0.0005
 _sleepers: ThreadPoolExecutor | None = None
 
 
@@ -30,6 +33,9 @@ class RunClock:
     def __init__(self, epoch_monotonic: float) -> None:
         # The time.monotonic() value of the run's t = 0 in this process.
         self.epoch = epoch_monotonic
+        # How late the loop resumes after a precise sleep (thread hand-off and
+        # loop wake-up), learnt as a moving average and slept off in advance.
+        self.lateness = 0.0
 
     @classmethod
     def from_wall_start(cls, start_wall: float) -> "RunClock":
@@ -49,7 +55,9 @@ class RunClock:
         milliseconds, rounded up, so a 0.3 ms sleep takes ~1 ms. So the last
         `THREAD_TAIL_S` of a sleep is slept in a helper thread, which wakes
         the loop ~0.2 ms after `t` (measured here) for the price of one
-        thread hand-off, and no busy waiting. Callers that chain sleeps
+        thread hand-off, and no busy waiting; that systematic delay is
+        learnt and slept off in advance, so wake-ups land on `t` on average.
+        Callers that chain sleeps
         compute each deadline from the previous deadline, not from when they
         woke, so lateness does not accumulate.
         """
@@ -59,7 +67,12 @@ class RunClock:
         if delay > THREAD_TAIL_S:
             await asyncio.sleep(delay - THREAD_TAIL_S)
         deadline = self.epoch + t
-        if deadline > time.monotonic():
+        early = deadline - self.lateness
+        if early > time.monotonic():
             await asyncio.get_running_loop().run_in_executor(
-                _sleeper_pool(), lambda: time.sleep(max(0.0, deadline - time.monotonic()))
+                _sleeper_pool(), lambda: time.sleep(max(0.0, early - time.monotonic()))
             )
+            # Learn the systematic wake-up delay (clamped: a stall of the whole
+            # machine is not something to anticipate).
+            late = min(max(time.monotonic() - early, 0.0), MAX_LATENESS_S)
+            self.lateness += LATENESS_GAIN * (late - self.lateness)
