@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from engine.records import StepRecord
+from engine.v0.loglines import format_engine_stats
 
 logger = logging.getLogger("disagg_sim.stats")
 
@@ -64,13 +65,9 @@ def format_v0_line(
     gpu_cache_usage: float,
     cpu_cache_usage: float = 0.0,
 ) -> str:
-    return (
-        "Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, "
-        "Running: %d reqs, Swapped: %d reqs, Pending: %d reqs, GPU KV cache usage: %.1f%%, "
-        "CPU KV cache usage: %.1f%%."
-        % (prompt_throughput, generation_throughput, num_running, num_swapped, num_waiting,
-           gpu_cache_usage * 100, cpu_cache_usage * 100)
-    )
+    """vLLM 0.5.3's line; the text itself lives with the v0 engine."""
+    return format_engine_stats(prompt_throughput, generation_throughput, num_running, num_swapped, num_waiting,
+                               gpu_cache_usage, cpu_cache_usage)
 
 
 @dataclass

@@ -28,6 +28,20 @@ def _by_node(steps: Sequence[StepRecord]) -> dict[str, list[StepRecord]]:
     return out
 
 
+def _finish(fig, ax, path: Path, title: str, xlabel: str, ylabel: str, legend_loc: str) -> Path:
+    """Labels, grid, legend (when anything was drawn), save and close."""
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize="small", loc=legend_loc)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def _series_plot(
     steps_by_variant: Mapping[str, Sequence[StepRecord]],
     path: Path,
@@ -45,16 +59,7 @@ def _series_plot(
                 if label:
                     name += f" {label}"
                 ax.step(t, [fn(s) for s in node_steps], where="post", linestyle=style, label=name)
-    ax.set_title(title)
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel(ylabel)
-    ax.grid(True, alpha=0.3)
-    if ax.lines:
-        ax.legend(fontsize="small", loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, path, title, "time (s)", ylabel, "best")
 
 
 def plot_step_timeseries(steps_by_variant: Mapping[str, Sequence[StepRecord]], out_dir: str | Path) -> list[Path]:
@@ -81,17 +86,8 @@ def _cdf_plot(values_by_variant: Mapping[str, Sequence[float]], path: Path, titl
         xs = np.sort(np.asarray(values, dtype=float))
         ys = np.arange(1, len(xs) + 1) / len(xs)
         ax.step(xs, ys, where="post", label=f"{variant} (n={len(xs)})")
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("fraction of requests")
     ax.set_ylim(0, 1.02)
-    ax.grid(True, alpha=0.3)
-    if ax.lines:
-        ax.legend(fontsize="small", loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, path, title, xlabel, "fraction of requests", "lower right")
 
 
 def plot_latency_cdfs(records_by_variant: Mapping[str, Sequence[RequestRecord]], out_dir: str | Path) -> list[Path]:

@@ -31,7 +31,6 @@ class InProcNode:
         self.name = core.name
         self.loop = loop
         self.cost_model = cost_model
-        self.stage_link = stage_link
         self.on_outputs = on_outputs
         self.executor = VirtualPipelineExecutor(loop, core.vllm_config.parallel_config.pipeline_parallel_size, stage_link)
         self.alive = True

@@ -20,17 +20,18 @@ class RunResult:
     extra: dict = field(default_factory=dict)
 
     def counters(self) -> dict[str, int]:
-        """Counters summed over nodes."""
-        total: dict[str, int] = {}
-        for counters in self.node_counters.values():
-            for k, v in counters.items():
-                if isinstance(v, (int, float)):
-                    if k.endswith("_peak"):
-                        total[k] = max(total.get(k, 0), v)
-                    else:
-                        total[k] = total.get(k, 0) + v
-        return total
+        """Counters summed over nodes (peaks take the max)."""
+        return sum_counters(self.node_counters.values())
 
     def counters_for(self, role_prefix: str) -> dict[str, int]:
-        sub = RunResult(self.clock, self.duration, [], [], {k: v for k, v in self.node_counters.items() if k.startswith(role_prefix)})
-        return sub.counters()
+        """The same over the nodes whose name starts with `role_prefix`."""
+        return sum_counters(c for name, c in self.node_counters.items() if name.startswith(role_prefix))
+
+
+def sum_counters(per_node) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for counters in per_node:
+        for k, v in counters.items():
+            if isinstance(v, (int, float)):
+                total[k] = max(total.get(k, 0), v) if k.endswith("_peak") else total.get(k, 0) + v
+    return total
