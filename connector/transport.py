@@ -1,10 +1,11 @@
 """The KV transport port: what the nodes implement and call, free of gRPC.
 
-The prefill node (producer) implements `BlockSource` and takes an `on_done`
-callback, which it turns into `finished_sending`. The decode node (consumer)
-implements `BlockSink` and calls a `KVPullTransport` — the gRPC `KVPuller`
-in `grpc_client.py`, or an in-process stand-in on the virtual clock — and
-turns a `PullResult` into `finished_recving`.
+The prefill node (producer) is a `KVServeEndpoint`: it hands out the blocks
+it holds and turns each done report into `finished_sending`. The decode node
+(consumer) drives a `KVTransport` one attempt at a time under the pull policy
+(`pull_policy.py`) and turns the outcome into `finished_recving`. Both
+runtimes implement the port: gRPC on the wall clock, a seeded link model on
+the virtual clock.
 
 The in-memory source and sink at the bottom are small reference
 implementations for tests, benchmarks and examples.
@@ -83,16 +84,102 @@ class PullResult:
     total_s: float = 0.0  # start → result (includes ReportDone)
 
 
-class KVPullTransport(Protocol):
-    """What the decode node's worker side calls to fetch a request's KV blocks."""
+# A pull fails at once on these: retrying cannot fix them.
+FINAL_FAILURES = frozenset({PullFailure.UNKNOWN_REQUEST, PullFailure.REJECTED, PullFailure.SINK_ERROR})
 
-    async def pull(
-        self,
-        request_id: str,
-        remote_address: str,
-        remote_block_ids: Sequence[int],
-        local_block_ids: Sequence[int],
-    ) -> PullResult: ...
+
+@dataclass(frozen=True)
+class PullAttempt:
+    """One attempt of a pull: ask the producer for the blocks still missing.
+
+    `block_indices[i]` is the position in the prompt of `remote_block_ids[i]`
+    (and of `local_block_ids[i]`); a retry asks only for what has not landed.
+    """
+
+    request_id: str  # the consumer's id of the request
+    remote_request_id: str
+    remote_address: str
+    remote_block_ids: tuple[int, ...]
+    local_block_ids: tuple[int, ...]
+    block_indices: tuple[int, ...]
+    num_tokens: int  # prompt tokens of the whole load
+    number: int  # 1 for the first attempt
+    timeout_s: float
+    consumer_id: str = ""
+
+
+@dataclass(frozen=True)
+class PullAttemptResult:
+    """What one attempt achieved: the block indices that landed (verified and
+    written), and why it stopped short if it did (`failure` None: all landed)."""
+
+    attempt: PullAttempt
+    landed: tuple[int, ...] = ()
+    failure: PullFailure | None = None
+    reason: str = ""
+    num_bytes: int = 0
+    checksum_failures: int = 0
+
+    @property
+    def final(self) -> bool:
+        return self.failure in FINAL_FAILURES
+
+
+@dataclass(frozen=True)
+class DoneReport:
+    """One attempt to tell the producer the consumer is done with a request's
+    blocks (`success` False: the pull failed; the producer may free them)."""
+
+    remote_request_id: str
+    remote_address: str
+    success: bool
+    number: int
+    timeout_s: float
+    consumer_id: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class DoneReportResult:
+    report: DoneReport
+    delivered: bool  # acknowledged by the producer
+    final: bool = False  # refused: retrying cannot help
+
+
+# Called by a transport when a block of an attempt has arrived intact on the
+# wire: (attempt, block index, bytes). It raises when the content is wrong,
+# which ends the attempt with SINK_ERROR.
+OnBlock = Callable[[PullAttempt, int, bytes], None]
+
+
+class KVTransport(Protocol):
+    """The consumer's port to the KV handoff: single attempts, no policy.
+
+    Retries, backoff, deadlines and hold timeouts are the node's
+    (`connector.pull_policy`), identical whichever transport runs. A transport
+    reports every attempt exactly once, within its `timeout_s`.
+    Implementations: the gRPC one (`connector.grpc.GrpcKVTransport`) and the
+    virtual-clock one (`cluster.inproc.InProcKVTransport`).
+    """
+
+    def pull(
+        self, attempt: PullAttempt, on_block: OnBlock, on_result: Callable[[PullAttemptResult], None]
+    ) -> None: ...
+
+    def report_done(self, report: DoneReport, on_result: Callable[[DoneReportResult], None]) -> None: ...
+
+
+@runtime_checkable
+class KVServeEndpoint(BlockSource, Protocol):
+    """The producer's side of the handoff, as a transport serves it."""
+
+    def check_blocks(self, request_id: str, block_ids: Sequence[int]) -> int:
+        """The prompt tokens held in `block_ids` of `request_id`, without
+        building their bytes (a transport that moves no bytes serves this).
+        Raises UnknownRequestError / UnknownBlockError when not held."""
+        ...
+
+    def on_done_report(self, request_id: str, success: bool) -> None: ...
 
 
 class InMemoryBlockSource:
