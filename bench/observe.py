@@ -8,7 +8,7 @@ runtime's step and request hooks.
   `NodeObserver` through `start_node_observer` (a module-level function, so
   Ray pickles it by reference and the actor imports `bench` itself) and
   serves `/metrics` from its own process; the driver relays the actors'
-  stats lines (see `cluster/ray_observe.py`).
+  stats lines (see `cluster/ray/observe.py`).
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def start_node_observer(
     model_name: str = "disagg-sim",
     style: str = "v1",
 ) -> NodeObserver:
-    """Runs inside a Ray node actor (`cluster.ray_observe.ObserverFactory`):
+    """Runs inside a Ray node actor (`cluster.ray.observe.ObserverFactory`):
     node `index` serves on `host`:`metrics_port + index` (0 = ephemeral,
     None = no endpoint); its stats lines are buffered for the driver."""
     node = NodeObserver(node_name, engine_index=index, log_interval=log_interval, model_name=model_name,

@@ -53,14 +53,14 @@ def run_one(scenario: Scenario, variant: str, repeat: int, runtime: str, ray_han
     workload, max_concurrency = scenario.workload(variant, seed)
     faults = scenario.file.faults
     if runtime == "inproc":
-        from cluster.inproc_cluster import InProcCluster
+        from cluster.inproc import InProcCluster
 
         cluster = InProcCluster(spec, seed=seed, debug_invariants=debug_invariants, observer=observer)
         cluster.submit(workload, max_concurrency)
         for fault in faults:
             cluster.kill_node_at(fault["kill"], float(fault["at"]))
         return cluster.run()
-    from cluster.ray_runtime import run_ray
+    from cluster.ray.runtime import run_ray
 
     return run_ray(spec, workload, seed=seed, max_concurrency=max_concurrency, handle=ray_handle, faults=faults,
                    **(observer.run_ray_kwargs() if observer is not None else {}))
@@ -107,7 +107,7 @@ def run_scenario(
 
     ray_ctx = None
     if runtime == "ray":
-        from cluster.ray_runtime import RayClusterHandle
+        from cluster.ray.runtime import RayClusterHandle
 
         ray_ctx = RayClusterHandle(address=address)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench.workloads import generate_workload, parse_workload_spec
-from cluster.inproc_cluster import run_inproc
+from cluster.inproc import run_inproc
 from cluster.spec import ClusterSpec
 
 

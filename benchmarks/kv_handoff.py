@@ -31,9 +31,8 @@ from pathlib import Path
 
 import grpc
 
-from connector.grpc_client import KVPuller, PullerConfig
-from connector.grpc_server import KVHandoffServer
-from connector.grpc_wire import KiB, channel_options, server_options, tune_malloc_for_bulk_transfer
+from connector.grpc import KVHandoffServer, KVPuller, PullerConfig
+from connector.grpc.wire import KiB, channel_options, server_options, tune_malloc_for_bulk_transfer
 from connector.payload import LLAMA3_8B_FP16_BYTES_PER_TOKEN, block_payload
 from connector.transport import InMemoryBlockSource
 

@@ -39,9 +39,9 @@ import statistics
 from datetime import datetime, timezone
 from pathlib import Path
 
-from cluster.inproc_cluster import run_inproc
-from cluster.ray_cluster import RayClusterHandle
-from cluster.ray_runtime import run_ray
+from cluster.inproc import run_inproc
+from cluster.ray.cluster import RayClusterHandle
+from cluster.ray.runtime import run_ray
 from cluster.spec import ClusterSpec
 from engine.records import WorkloadRequest
 

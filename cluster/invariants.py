@@ -1,14 +1,10 @@
-"""Invariants checked after every run: blocks conserved and all returned,
-no double free, every request terminal, every token delivered once, in
-order, with no gaps (tokens are deterministic per position, so the client
-can check each one)."""
+"""Invariants checked after every run, on the client's side: every request
+terminal, every token delivered once, in order, with no gaps (tokens are
+deterministic per position, so the client can check each one). Each node
+checks its own blocks (`NodeCore.end_of_run_errors`: conserved, all
+returned, no double free, nothing held or deferred)."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .run_result import RunResult
 
 
 def check_tokens(rec, token_at, eos_token_id: int, max_model_len: int | None = None) -> list[str]:
@@ -33,25 +29,6 @@ def check_tokens(rec, token_at, eos_token_id: int, max_model_len: int | None = N
     return errors
 
 
-def check_node(name: str, core) -> list[str]:
-    """A node at the end of a run: blocks conserved, no double free, nothing
-    held, nothing deferred, the pool fully free."""
-    errors: list[str] = []
-    try:
-        core.check_block_conservation()
-    except AssertionError as e:
-        errors.append(str(e))
-    s = core.scheduler
-    if s.requests:
-        errors.append(f"{name}: {len(s.requests)} request(s) still held at the end: {sorted(s.requests)[:5]}")
-    if s.deferred_frees:
-        errors.append(f"{name}: {sum(len(b) for _, b in s.deferred_frees)} block(s) still deferred at the end")
-    pool = s.kv_cache_manager.block_pool
-    if not s.requests and pool.get_num_free_blocks() != pool.num_gpu_blocks - 1:
-        errors.append(f"{name}: block pool not fully free at the end ({pool.get_num_free_blocks()} of {pool.num_gpu_blocks - 1})")
-    return errors
-
-
 def check_requests(records, token_at, eos_token_id: int, max_model_len: int | None, released_ids) -> list[str]:
     """Every request terminal; every token present once, in order, no gaps;
     every request of the workload released by the load driver."""
@@ -66,16 +43,4 @@ def check_requests(records, token_at, eos_token_id: int, max_model_len: int | No
     for req_id in released_ids:
         if req_id not in seen:
             errors.append(f"{req_id}: never released by the load driver")
-    return errors
-
-
-def check_run(cluster, result: "RunResult") -> list[str]:
-    """All end-of-run checks of an in-process run."""
-    sampler = next(iter(cluster.nodes.values())).core.sampler
-    errors = check_requests(
-        result.requests, sampler.token_at, sampler.eos_token_id, cluster.spec.decode.engine.max_model_len, cluster._workload
-    )
-    for name, node in cluster.nodes.items():
-        if node.alive:
-            errors.extend(check_node(name, node.core))
     return errors

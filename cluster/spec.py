@@ -9,10 +9,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from connector.link import LinkSpec
+from connector.pull_policy import KVFaultPolicy
 from engine.config import CacheConfig, SchedulerConfig
 from engine.cost_model import COST_MODELS, CostModel, get_cost_model
 from engine.node_core import NodeSpec
 from engine.v0.config import SchedulerConfig as V0SchedulerConfig
+from node.settings import NodeSettings
 
 # v1 settings with the value that leaves them unused; a v0 node accepts only that.
 V1_ONLY_SETTINGS = {
@@ -143,8 +145,16 @@ class ClusterSpec(_Strict):
     # KV payload per token (bytes): small by default; 131072 B is an 8B-class
     # model in fp16 (2 x 32 layers x 8 KV heads x 128 dims x 2 bytes).
     bytes_per_token: int = Field(64, ge=1)
+    # The KV fault policy (connector/pull_policy.py), in run seconds: virtual
+    # in-process, wall (not scaled by time_scale) on Ray.
     kv_pull_timeout_s: float = Field(2.0, gt=0)
     kv_pull_deadline_s: float = Field(10.0, gt=0)
+    kv_pull_backoff_initial_s: float = Field(0.02, gt=0)
+    kv_pull_backoff_max_s: float = Field(0.5, gt=0)
+    max_concurrent_pulls: int = Field(64, ge=1)
+    # A producer frees blocks no consumer reported on after this long;
+    # default max(120, 6 x kv_pull_deadline_s).
+    kv_hold_timeout_s: float | None = Field(None, gt=0)
     # Ray runtime only: wall seconds slept per modelled second of step time.
     time_scale: float = Field(1.0, gt=0)
 
@@ -172,6 +182,9 @@ class ClusterSpec(_Strict):
                 if group.pp_size != 1:
                     raise ValueError(f"{role}.pp_size={group.pp_size} is invalid with engine v0; allowed: 1 (the v0 "
                                      "engine runs one step at a time)")
+        if self.kv_pull_backoff_max_s < self.kv_pull_backoff_initial_s:
+            raise ValueError(f"kv_pull_backoff_max_s={self.kv_pull_backoff_max_s} is invalid; allowed: >= "
+                             f"kv_pull_backoff_initial_s ({self.kv_pull_backoff_initial_s})")
         return self
 
     @property
@@ -180,6 +193,24 @@ class ClusterSpec(_Strict):
 
     def cost(self) -> CostModel:
         return get_cost_model(self.cost_model)
+
+    def kv_policy(self) -> KVFaultPolicy:
+        hold = self.kv_hold_timeout_s if self.kv_hold_timeout_s is not None else max(120.0, 6 * self.kv_pull_deadline_s)
+        try:
+            return KVFaultPolicy(
+                attempt_timeout_s=self.kv_pull_timeout_s,
+                deadline_s=self.kv_pull_deadline_s,
+                backoff_initial_s=self.kv_pull_backoff_initial_s,
+                backoff_max_s=self.kv_pull_backoff_max_s,
+                hold_timeout_s=hold,
+                max_concurrent_pulls=self.max_concurrent_pulls,
+            )
+        except ValueError as err:
+            raise ValueError(f"cluster: {err}") from None
+
+    def node_settings(self, time_scale: float = 1.0) -> NodeSettings:
+        """What every node of this cluster runs with (`time_scale` 1: the virtual clock)."""
+        return NodeSettings(self.cost(), time_scale, self.bytes_per_token, self.kv_policy())
 
     def node_specs(self) -> list[tuple[str, NodeSpec, NodeGroup]]:
         """(role, spec, group) for every node: prefill-0.., decode-0.."""

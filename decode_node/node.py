@@ -1,167 +1,191 @@
-"""The consumer node: an engine core in `kv_consumer` role (the fence is on
-by vLLM's gate once batches overlap) whose executor runs the pipeline stages.
+"""The consumer role: an engine core in `kv_consumer` role (the fence is on
+by vLLM's gate once batches overlap). Written once, without I/O; both
+runtimes run this class.
 
 When a step carries a KV load (`reqs_to_recv`), the worker side registers
-the target blocks with the shadow store and pulls the producer's blocks over
-gRPC (`KVPuller`: per-attempt timeout, retries, one deadline, CRC on every
-block) into a `VerifyingBlockSink`. When the last block has landed the node
-writes the shadow store and reports `finished_recving` (the puller then tells
-the producer, `finished_sending` there); a pull that fails reports a failed
+the target blocks with the shadow store and pulls the producer's blocks
+through the `KVTransport` port, one attempt at a time under the fault policy
+(`connector.pull_policy`: per-attempt timeout, retries with backoff, one
+deadline; at most `max_concurrent_pulls` at once). When every block has
+landed it writes the shadow store and reports `finished_recving`, then tells
+the producer (done report, retried); a pull that fails reports a failed
 receive, which the scheduler handles by its `kv_load_failure_policy`
-(recompute, or finish the request with FINISHED_ERROR). Nothing waits past
-the pull deadline.
-
-A plain class: the Ray actor shell in `cluster/ray_actors.py` builds the
-stage workers and passes their executor in.
+(recompute, or finish the request with FINISHED_ERROR), and tells the
+producer once, best effort.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import Callable
+from collections import deque
+from collections.abc import Callable
 
-from connector.grpc_client import KVPuller, PullerConfig
-from connector.link import Link
-from connector.transport import PullResult
+from connector.pull_policy import DoneSession, Failed, Landed, PullSession, Retry
+from connector.transport import DoneReportResult, KVTransport, PullAttempt, PullAttemptResult
 from engine.kv_connector.pd_connector import RecvSpec
 from engine.model_runner import StepPlan
-from engine.node_core import NodeCore, NodeSpec
-from engine.outputs import EngineCoreOutput
+from engine.node_core import NodeSpec
+from engine.records import StepRecord
+from node.messages import KVEvent
+from node.ports import NodePorts
+from node.role import NodeRole
+from node.settings import NodeSettings
 
 from .block_sink import VerifyingBlockSink
-from .engine_loop import EngineLoop, LocalPipelineExecutor, StepExecutor
-from .events import Outbox, output_events
-from .proxy_intake import ProxyIntakeMixin
-from .proxy_channel import ProxyChannel
-from .settings import WallNodeSettings
-from .wall_clock import RunClock
 
 logger = logging.getLogger(__name__)
 
-ExecutorFactory = Callable[[RunClock], StepExecutor]
 
-
-class DecodeNode(ProxyIntakeMixin):
+class DecodeNode(NodeRole):
     role = "decode"
 
-    def __init__(self, spec: NodeSpec, settings: WallNodeSettings, executor_factory: ExecutorFactory | None = None) -> None:
-        self.name = spec.name
-        self.core = NodeCore(spec)
-        self.settings = settings
-        self.pp = self.core.vllm_config.parallel_config.pipeline_parallel_size
-        self.executor_factory = executor_factory or self._local_executor
-        self.clock = RunClock.starting_now()
-        self.sink = VerifyingBlockSink(spec.cache.block_size, settings.bytes_per_token, self._on_landed)
-        # Remote request id -> its load, from submit until it lands or fails.
-        self._loading: dict[str, RecvSpec] = {}
-        self.puller: KVPuller | None = None
-        self.loop: EngineLoop | None = None
-        self.outbox: Outbox | None = None
-        self.channel: ProxyChannel | None = None
-        self._pulls: set[asyncio.Task] = set()
+    def __init__(
+        self,
+        spec: NodeSpec,
+        settings: NodeSettings,
+        ports: NodePorts,
+        kv: KVTransport,
+        on_step: Callable[[StepRecord], None] | None = None,
+        check_each_step: bool = False,
+    ) -> None:
+        super().__init__(spec, settings, ports, on_step, check_each_step)
+        self.kv = kv
+        self.policy = settings.kv_policy
+        self.sink = VerifyingBlockSink(spec.cache.block_size, settings.bytes_per_token)
+        self._pulls: dict[str, PullSession] = {}  # by the consumer's request id
+        self._waiting: deque[RecvSpec] = deque()  # for a pull slot
+        self._reports_in_flight = 0
         self.pulls_started = 0
         self.pulls_completed = 0
         self.pulls_failed = 0
         self.pull_attempts = 0
+        self.pull_retries = 0
         self.pull_checksum_failures = 0
+        self.blocks_pulled = 0
+        self.bytes_pulled = 0
         self.pull_failures: dict[str, int] = {}
+        self.done_reports_sent = 0
+        self.done_reports_delivered = 0
 
-    def _local_executor(self, clock: RunClock) -> StepExecutor:
-        link = self.settings.stage_link
-        stage_link = Link(link, seed=self.settings.link_seed) if self.pp > 1 and link is not None else None
-        return LocalPipelineExecutor(self.pp, clock, stage_link)
-
-    async def begin(self, start_wall: float, proxy_address: tuple[str, int]) -> None:
-        """Start the run clock, connect to the stages and the proxy, start the loop."""
-        s = self.settings
-        self.clock = self.settings.clock(start_wall)
-        config = PullerConfig(
-            attempt_timeout_s=s.kv_pull_timeout_s,
-            deadline_s=s.kv_pull_deadline_s,
-            max_concurrent_pulls=s.max_concurrent_pulls,
-            consumer_id=self.name,
-        )
-        # Outage windows of the KV link are in run seconds: the link's epoch
-        # is the run's t = 0 on this process's monotonic clock.
-        self.puller = KVPuller(self.sink, config, link=s.kv_link, link_seed=s.link_seed, link_epoch=self.clock.epoch)
-        self.channel = ProxyChannel(self.name, self._on_requests)
-        self.outbox = Outbox(self.channel.send_events)
-        executor = self.executor_factory(self.clock)
-        await executor.connect()
-        self.loop = EngineLoop(self.core, executor, s, self.clock, self._emit, on_submit=self._on_submit)
-        await self.channel.connect(*proxy_address)
-
-    # -- outputs (requests come in through ProxyIntakeMixin) ---------------------
-    def _emit(self, outputs: list[EngineCoreOutput]) -> None:
-        self.outbox.put(output_events(self.core.engine, outputs))
-
-    # -- KV loads -----------------------------------------------------------------
+    # -- KV loads start with the step that carries them ---------------------------
     def _on_submit(self, plan: StepPlan) -> None:
-        meta = plan.scheduler_output.kv_connector_metadata
-        if meta is None or not getattr(meta, "reqs_to_recv", None):
+        loads = plan.loads()
+        if not loads:
             return
-        for spec in meta.reqs_to_recv.values():
-            self.core.runner.register_load(spec.request_id, spec.local_block_ids)
-            self.sink.expect(spec.remote_request_id, spec.num_tokens)
+        now = self.clock.now()
+        for spec in loads:
+            self.core.register_load(spec.request_id, spec.local_block_ids)
             self.pulls_started += 1
-            self.outbox.put([("kv", spec.request_id, "start", self.clock.now(), True)])
-            task = asyncio.ensure_future(self._pull(spec))
-            self._pulls.add(task)
-            task.add_done_callback(self._pulls.discard)
+            self._waiting.append(spec)
+        self._emit([KVEvent(spec.request_id, "start", now, True) for spec in loads])
+        self._start_waiting()
 
-    async def _pull(self, spec: RecvSpec) -> None:
-        self._loading[spec.remote_request_id] = spec
-        result: PullResult | None = None
-        try:
-            if len(spec.remote_block_ids) != len(spec.local_block_ids):
-                raise ValueError(
-                    f"{spec.request_id}: {len(spec.remote_block_ids)} remote blocks for "
-                    f"{len(spec.local_block_ids)} local blocks"
-                )
-            result = await self.puller.pull(
-                spec.remote_request_id, spec.remote_address, spec.remote_block_ids, spec.local_block_ids
-            )
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:  # a malformed load must fail the request, not the node
-            logger.warning("%s: pull of %s failed: %s", self.name, spec.request_id, err)
-        self.sink.forget(spec.remote_request_id)
-        if result is not None:
-            self.pull_attempts += result.attempts
-            self.pull_checksum_failures += result.checksum_failures
-        if self._loading.pop(spec.remote_request_id, None) is None:
-            return  # it landed already (`_on_landed`); the rest was the done report
-        # It never landed: a failed receive.
-        self.pulls_failed += 1
-        reason = result.failure.value if result is not None and result.failure else "error"
-        self.pull_failures[reason] = self.pull_failures.get(reason, 0) + 1
-        self._finish_load(spec, ok=False)
+    def _start_waiting(self) -> None:
+        while self._waiting and len(self._pulls) < self.policy.max_concurrent_pulls:
+            spec = self._waiting.popleft()
+            try:
+                session = PullSession(spec, self.policy, self.clock.now(), consumer_id=self.name)
+            except ValueError as err:  # a malformed load fails the request, not the node
+                logger.warning("%s: load of %s refused: %s", self.name, spec.request_id, err)
+                self._count_failure("rejected")
+                self._finish_load(spec, ok=False)
+                continue
+            self._pulls[spec.request_id] = session
+            self.sink.expect(spec.remote_request_id, spec.num_tokens)
+            self._attempt(session)
 
-    def _on_landed(self, remote_request_id: str) -> None:
-        """Every block of a load arrived and was verified."""
-        spec = self._loading.pop(remote_request_id, None)
-        if spec is None:
+    def _attempt(self, session: PullSession) -> None:
+        if not self.alive:
             return
+        step = session.next_attempt(self.clock.now())
+        if isinstance(step, Failed):
+            self._pull_failed(session, step)
+            return
+        self.pull_attempts += 1
+        if step.number > 1:
+            self.pull_retries += 1
+        self.kv.pull(step, self._on_block, lambda result: self._on_attempt_result(session, result))
+
+    def _on_block(self, attempt: PullAttempt, index: int, data: bytes) -> None:
+        local = attempt.local_block_ids[attempt.block_indices.index(index)]
+        self.sink.write_block(local, attempt.remote_request_id, index, data)
+
+    def _on_attempt_result(self, session: PullSession, result: PullAttemptResult) -> None:
+        if not self.alive:
+            return
+        self.pull_checksum_failures += result.checksum_failures
+        self.blocks_pulled += len(result.landed)
+        self.bytes_pulled += result.num_bytes
+        decision = session.record(result, self.clock.now())
+        if isinstance(decision, Landed):
+            self._landed(session)
+        elif isinstance(decision, Retry):
+            self.clock.call_at(decision.at, self._attempt, session)
+        else:
+            self._pull_failed(session, decision)
+
+    def _landed(self, session: PullSession) -> None:
+        spec = session.spec
+        self._end_session(session)
         self.pulls_completed += 1
         self.core.write_pulled_blocks(spec.request_id, spec.local_block_ids, spec.num_tokens, self.clock.now())
         self._finish_load(spec, ok=True)
+        self._report(DoneSession(spec.remote_request_id, spec.remote_address, True, self.policy,
+                                 self.clock.now(), consumer_id=self.name))
+
+    def _pull_failed(self, session: PullSession, failed: Failed) -> None:
+        spec = session.spec
+        self._end_session(session)
+        logger.info("%s: pull of %s failed: %s (%s)", self.name, spec.request_id, failed.failure.value, failed.reason)
+        self._count_failure(failed.failure.value)
+        self._finish_load(spec, ok=False)
+        self._report(DoneSession(spec.remote_request_id, spec.remote_address, False, self.policy,
+                                 self.clock.now(), consumer_id=self.name, reason=failed.failure.value))
+
+    def _count_failure(self, reason: str) -> None:
+        self.pulls_failed += 1
+        self.pull_failures[reason] = self.pull_failures.get(reason, 0) + 1
+
+    def _end_session(self, session: PullSession) -> None:
+        self._pulls.pop(session.spec.request_id, None)
+        self.sink.forget(session.spec.remote_request_id)
+        self._start_waiting()
 
     def _finish_load(self, spec: RecvSpec, ok: bool) -> None:
-        if self.loop is None or not self.loop.alive:
-            return
         self.core.mark_finished_recving(spec.request_id, ok=ok)
-        self.outbox.put([("kv", spec.request_id, "end", self.clock.now(), ok)])
+        self._emit([KVEvent(spec.request_id, "end", self.clock.now(), ok)])
         self.loop.wake()
 
-    # -- reporting ----------------------------------------------------------------
-    @property
-    def pulls_in_flight(self) -> int:
-        return len(self._pulls)
+    # -- done reports to the producer ------------------------------------------------
+    def _report(self, session: DoneSession) -> None:
+        if not self.alive:
+            return
+        self._reports_in_flight += 1
+        self.done_reports_sent += 1
+        report = session.next_report(self.clock.now())
+        self.kv.report_done(report, lambda result: self._on_report_result(session, result))
 
+    def _on_report_result(self, session: DoneSession, result: DoneReportResult) -> None:
+        self._reports_in_flight -= 1
+        if not self.alive:
+            return
+        if result.delivered:
+            self.done_reports_delivered += 1
+        retry = session.record(result, self.clock.now())
+        if retry is not None:
+            self._reports_in_flight += 1  # the retry is pending from now on
+            self.clock.call_at(retry.at, self._report_again, session)
+
+    def _report_again(self, session: DoneSession) -> None:
+        self._reports_in_flight -= 1
+        self._report(session)
+
+    # -- reporting -------------------------------------------------------------------------
     def busy(self) -> bool:
-        """Work left: steps to schedule or in flight, or pulls (and their done reports) running."""
-        return self.loop is not None and self.loop.alive and (not self.loop.is_idle() or bool(self._pulls))
+        """Work left: steps to schedule or in flight, pulls or done reports running."""
+        return self.alive and (
+            super().busy() or bool(self._pulls) or bool(self._waiting) or self._reports_in_flight > 0
+        )
 
     def extra_counters(self) -> dict:
         c = {
@@ -169,24 +193,14 @@ class DecodeNode(ProxyIntakeMixin):
             "kv_pulls_completed": self.pulls_completed,
             "kv_pulls_failed": self.pulls_failed,
             "kv_pull_attempts": self.pull_attempts,
-            # Retried attempts, as the in-process transport counts them.
-            "transport_retries": max(0, self.pull_attempts - self.pulls_completed - self.pulls_failed),
+            "transport_retries": self.pull_retries,
+            "kv_blocks_pulled": self.blocks_pulled,
+            "kv_bytes_pulled": self.bytes_pulled,
             "kv_checksum_failures": self.pull_checksum_failures,
             "kv_blocks_verified": self.sink.blocks_verified,
             "kv_block_content_mismatches": self.sink.mismatches,
-            "node_messages_sent": self.outbox.num_messages if self.outbox else 0,
-            "stage_token_mismatches": self.loop.stage_token_mismatches if self.loop else 0,
+            "kv_done_reports_sent": self.done_reports_sent,
+            "kv_done_reports_delivered": self.done_reports_delivered,
         }
         c.update({f"kv_pulls_failed_{k}": v for k, v in self.pull_failures.items()})
         return c
-
-    async def close(self) -> None:
-        for task in list(self._pulls):
-            task.cancel()
-        await asyncio.gather(*self._pulls, return_exceptions=True)
-        if self.loop is not None:
-            await self.loop.close()
-        if self.puller is not None:
-            await self.puller.close()
-        if self.channel is not None:
-            await self.channel.close()

@@ -60,6 +60,7 @@ class EngineCore:
         max_concurrent_batches: int,
         worker_has_output: Callable[[], bool] = lambda: False,
         record_steps: bool = True,
+        on_step: Callable[[StepRecord], None] | None = None,
     ) -> None:
         if max_concurrent_batches < 1:
             raise ValueError(f"max_concurrent_batches={max_concurrent_batches} is invalid; allowed: >= 1")
@@ -74,8 +75,8 @@ class EngineCore:
         self.step_records: list[StepRecord] = []
         self.first_scheduled: dict[str, float] = {}
         self.num_steps = 0
-        # Live observation (metrics exporters, log lines) hooks in here.
-        self.on_step: Callable[[StepRecord], None] | None = None
+        # Live observation (metrics exporters, log lines): every step record.
+        self.on_step = on_step
 
     # ---------------------------------------------------------------- inputs
     def add_request(self, request: Request) -> None:

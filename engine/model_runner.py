@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .cost_model import StepShape
+from .kv_connector.pd_connector import RecvSpec
 from .outputs import KVConnectorOutput, ModelRunnerOutput, SchedulerOutput
 from .sampler import DeterministicSampler
 from .shadow_kv import ShadowKVStore
@@ -34,6 +35,12 @@ class StepPlan:
     shape: StepShape
     # (request id, block table at submit time, computed_before, n, samples)
     entries: list[tuple[str, list[int], int, int, bool]] = field(default_factory=list)
+
+    def loads(self) -> list[RecvSpec]:
+        """The KV loads this step starts (the connector's `reqs_to_recv`)."""
+        meta = self.scheduler_output.kv_connector_metadata
+        reqs = getattr(meta, "reqs_to_recv", None) if meta is not None else None
+        return list(reqs.values()) if reqs else []
 
 
 # (blocks to swap out as (gpu, cpu) pairs, blocks to swap in as (cpu, gpu) pairs) of a step.

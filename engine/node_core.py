@@ -9,12 +9,15 @@ swap space (`num_cpu_blocks`) that the model runner copies shadow KV through."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .config import CacheConfig, KVTransferConfig, ParallelConfig, SchedulerConfig, VllmConfig
 from .engine_core import EngineCore
 from .kv_connector.pd_connector import PDConnector
-from .model_runner import SimModelRunner
-from .outputs import KVConnectorOutput
+from .model_runner import SimModelRunner, StepPlan
+from .outputs import EngineCoreOutput, KVConnectorOutput, ModelRunnerOutput
+from .records import StepRecord
+from .request import Request
 from .sampler import DeterministicSampler
 from .scheduler import create_scheduler_for
 from .shadow_kv import ShadowKVStore
@@ -61,7 +64,10 @@ class NodeSpec:
 
 
 class NodeCore:
-    def __init__(self, spec: NodeSpec) -> None:
+    """The public surface the node roles and runtimes use; nothing above
+    `engine/` reaches into the scheduler, the block pool or the runner."""
+
+    def __init__(self, spec: NodeSpec, on_step: Callable[[StepRecord], None] | None = None) -> None:
         self.spec = spec
         self.name = spec.name
         self.vllm_config = spec.vllm_config()
@@ -87,11 +93,105 @@ class NodeCore:
             self.runner,
             depth,
             worker_has_output=self.has_worker_output,
+            on_step=on_step,
         )
         # Worker-side completion sets, reported with the next finished step.
         self._finished_sending: set[str] = set()
         self._finished_recving: set[str] = set()
         self._failed_recving: set[str] = set()
+
+    # -- the engine loop ---------------------------------------------------------
+    @property
+    def eos_token_id(self) -> int:
+        return self.sampler.eos_token_id
+
+    def set_kv_address(self, address: str) -> None:
+        """Where consumers pull this producer's blocks (goes into `kv_transfer_params`)."""
+        if self.connector is not None:
+            self.connector.engine_address = address
+
+    def add_request(self, request: Request) -> None:
+        self.engine.add_request(request)
+
+    def abort_requests(self, request_ids: list[str]) -> None:
+        self.engine.abort_requests(request_ids)
+
+    def schedule_step(self, now: float) -> StepPlan | None:
+        return self.engine.schedule_step(now)
+
+    def oldest(self) -> StepPlan | None:
+        return self.engine.oldest()
+
+    def finish_step(self, plan: StepPlan, now: float, tokens: list[list[int]] | None = None) -> ModelRunnerOutput:
+        """The worker side's end of a step: shadow KV reads and writes (the
+        in-flight write lands here), sampled tokens, the KV completions since
+        the last step. `tokens` are what a stage worker sampled, if one did."""
+        mro = self.runner.finish_step(plan, now, self.take_connector_output())
+        if tokens is not None:
+            mro.sampled_token_ids = tokens
+        return mro
+
+    def process_oldest(self, model_runner_output: ModelRunnerOutput) -> list[EngineCoreOutput]:
+        return self.engine.process_oldest(model_runner_output)
+
+    def register_load(self, request_id: str, block_ids: list[int]) -> None:
+        """A KV load's target blocks belong to `request_id` from now on (shadow store)."""
+        self.runner.register_load(request_id, block_ids)
+
+    def has_work(self) -> bool:
+        return self.engine.has_work()
+
+    @property
+    def batches_in_flight(self) -> int:
+        return len(self.engine.batch_queue)
+
+    @property
+    def step_records(self) -> list[StepRecord]:
+        return self.engine.step_records
+
+    def first_scheduled_time(self, request_id: str) -> float | None:
+        return self.engine.first_scheduled.get(request_id)
+
+    def holds(self, request_id: str) -> bool:
+        """The scheduler still knows the request (running, waiting, or finished with blocks held)."""
+        return request_id in self.scheduler.requests
+
+    def request_ids(self) -> list[str]:
+        return list(self.scheduler.requests)
+
+    def request_counts(self) -> tuple[int, int]:
+        return self.scheduler.get_request_counts()
+
+    def held_prompt_blocks(self, request_id: str) -> tuple[list[int], int] | None:
+        """(block ids holding the prompt's KV, prompt length) of a finished
+        request whose blocks are held for a pull; None if it is not held."""
+        request = self.scheduler.requests.get(request_id)
+        if request is None or not request.is_finished():
+            return None
+        prompt_len = request.num_prompt_tokens
+        n_blocks = -(-prompt_len // self.block_size)
+        return self.scheduler.kv_cache_manager.get_block_ids(request_id)[:n_blocks], prompt_len
+
+    @property
+    def block_size(self) -> int:
+        return self.spec.cache.block_size
+
+    def live_gauges(self) -> dict[str, float]:
+        """The node's gauges now (vLLM's stats names, without the prefix)."""
+        s = self.scheduler
+        num_running, num_waiting = s.get_request_counts()
+        total = s.get_num_total_gpu_blocks()
+        return {
+            "num_running": num_running,
+            "num_waiting": num_waiting,
+            "kv_cache_usage": 0.0 if total == 0 else 1.0 - s.get_num_free_gpu_blocks() / total,
+            "num_waiting_for_remote_kvs": s.num_waiting_for_remote_kvs(),
+            "num_deferred_blocks": s.num_deferred_free_blocks(),
+            "batches_in_flight": self.batches_in_flight,
+        }
+
+    def shadow_violations(self) -> list[dict]:
+        return [{"node": self.name, **v.to_dict()} for v in self.shadow.violations] if self.shadow else []
 
     # -- worker-side KV completions ------------------------------------------
     def has_worker_output(self) -> bool:
@@ -136,6 +236,27 @@ class NodeCore:
         if self.shadow is not None:
             c.update({f"shadow_{k}": v for k, v in self.shadow.summary().items()})
         return c
+
+    def end_of_run_errors(self) -> list[str]:
+        """A node at the end of a run: blocks conserved, no double free,
+        nothing held, nothing deferred, the pool fully free."""
+        errors: list[str] = []
+        try:
+            self.check_block_conservation()
+        except AssertionError as e:
+            errors.append(str(e))
+        s = self.scheduler
+        name = self.name
+        if s.requests:
+            errors.append(f"{name}: {len(s.requests)} request(s) still held at the end: {sorted(s.requests)[:5]}")
+        if s.deferred_frees:
+            errors.append(f"{name}: {sum(len(b) for _, b in s.deferred_frees)} block(s) still deferred at the end")
+        pool = s.kv_cache_manager.block_pool
+        if not s.requests and pool.get_num_free_blocks() != pool.num_gpu_blocks - 1:
+            errors.append(
+                f"{name}: block pool not fully free at the end ({pool.get_num_free_blocks()} of {pool.num_gpu_blocks - 1})"
+            )
+        return errors
 
     def check_block_conservation(self) -> None:
         if self.is_v0:

@@ -15,8 +15,12 @@ if TYPE_CHECKING:
 
 
 class OutputProcessorMixin:
+    # Only `Scheduler` mixes this in, so methods take `self: "Scheduler"` and
+    # their bodies are checked against its real attributes. mypy accepts only a
+    # supertype or a Protocol as an explicit self type, not a subclass, hence
+    # `type: ignore[misc]` on each def; call sites are still checked.
     # ----------------------------------------------------------------- update
-    def update_from_output(
+    def update_from_output(  # type: ignore[misc]
         self: "Scheduler",
         scheduler_output: SchedulerOutput,
         model_runner_output: ModelRunnerOutput,
@@ -108,7 +112,7 @@ class OutputProcessorMixin:
             result[0] = EngineCoreOutputs(outputs=outputs)
         return result
 
-    def _update_request_with_output(
+    def _update_request_with_output(  # type: ignore[misc]
         self: "Scheduler", request: Request, new_token_ids: list[int], is_stale: bool
     ) -> tuple[list[int], bool]:
         num_new_tokens = len(new_token_ids)
@@ -126,7 +130,7 @@ class OutputProcessorMixin:
             assert request.num_output_placeholders >= 0
         return new_token_ids, stopped
 
-    def _handle_failed_recving(self: "Scheduler", failed_req_ids: Iterable[str]) -> set[str]:
+    def _handle_failed_recving(self: "Scheduler", failed_req_ids: Iterable[str]) -> set[str]:  # type: ignore[misc]
         affected: set[str] = set()
         for req_id in failed_req_ids:
             request = self.requests.get(req_id)
@@ -137,7 +141,7 @@ class OutputProcessorMixin:
                     self.failed_recving_kv_req_ids.add(req_id)
         return set() if self.recompute_kv_load_failures else affected
 
-    def _update_from_kv_xfer_finished(self: "Scheduler", out: KVConnectorOutput) -> None:
+    def _update_from_kv_xfer_finished(self: "Scheduler", out: KVConnectorOutput) -> None:  # type: ignore[misc]
         if self.connector is not None:
             self.connector.update_connector_output(out)
         for req_id in out.finished_recving or ():
@@ -156,7 +160,7 @@ class OutputProcessorMixin:
             self._free_blocks(request)
 
     # ------------------------------------------------------- finish and abort
-    def finish_requests(
+    def finish_requests(  # type: ignore[misc]
         self: "Scheduler", request_ids: str | Iterable[str] | None, finished_status: RequestStatus
     ) -> list[Request]:
         """Finish requests from outside (aborts, errors); ignores unknown and
@@ -200,7 +204,9 @@ class OutputProcessorMixin:
             self._free_request(request, delay_free_blocks=delay_free)
         return valid
 
-    def _free_request(self: "Scheduler", request: Request, delay_free_blocks: bool = False) -> dict[str, Any] | None:
+    def _free_request(  # type: ignore[misc]
+        self: "Scheduler", request: Request, delay_free_blocks: bool = False
+    ) -> dict[str, Any] | None:
         assert request.is_finished()
         self._inflight_prefills.discard(request)
         kv_xfer_params = None
@@ -215,13 +221,13 @@ class OutputProcessorMixin:
             self._free_blocks(request)
         return kv_xfer_params
 
-    def _free_blocks(self: "Scheduler", request: Request) -> None:
+    def _free_blocks(self: "Scheduler", request: Request) -> None:  # type: ignore[misc]
         assert request.is_finished()
         self._free_request_blocks(request)
         del self.requests[request.request_id]
 
     # ------------------------------------------------------------- the fence
-    def _free_request_blocks(self: "Scheduler", request: Request) -> None:
+    def _free_request_blocks(self: "Scheduler", request: Request) -> None:  # type: ignore[misc]
         """Free now, or — when an in-flight step may still write the blocks —
         drop the bookkeeping at once and park the blocks in `deferred_frees`
         until the newest scheduled step's output has been processed."""
@@ -236,7 +242,7 @@ class OutputProcessorMixin:
             if c.deferred_free_blocks > c.deferred_free_blocks_peak:
                 c.deferred_free_blocks_peak = c.deferred_free_blocks
 
-    def _drain_deferred_frees(self: "Scheduler") -> None:
+    def _drain_deferred_frees(self: "Scheduler") -> None:  # type: ignore[misc]
         """Stop at the first unsatisfied fence (0.33.0 does not scan past it)."""
         deferred = self.deferred_frees
         pool = self.kv_cache_manager.block_pool
@@ -250,10 +256,10 @@ class OutputProcessorMixin:
             c.deferred_free_blocks -= len(blocks)
             c.num_blocks_freed_by_drain += len(blocks)
 
-    def num_deferred_free_blocks(self: "Scheduler") -> int:
+    def num_deferred_free_blocks(self: "Scheduler") -> int:  # type: ignore[misc]
         return self.counters.deferred_free_blocks
 
-    def get_counters(self: "Scheduler") -> dict[str, int]:
+    def get_counters(self: "Scheduler") -> dict[str, int]:  # type: ignore[misc]
         self.counters.num_allocate_slots_calls = self.kv_cache_manager.num_allocate_slots_calls
         return self.counters.to_dict()
 

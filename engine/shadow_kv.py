@@ -68,11 +68,12 @@ class ShadowKVStore:
             bad.add(block)
 
     def _clear_bad(self, request_id: str | None, block: int) -> None:
-        bad = self._bad.get(request_id)
-        if bad is not None:
-            bad.discard(block)
-            if not bad:
-                del self._bad[request_id]
+        if request_id is not None:
+            bad = self._bad.get(request_id)
+            if bad is not None:
+                bad.discard(block)
+                if not bad:
+                    del self._bad[request_id]
 
     def assign(self, block_ids, request_id: str) -> None:
         owner = self.owner

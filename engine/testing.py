@@ -4,7 +4,18 @@ script written against vLLM's scheduler ports with thin changes."""
 
 from __future__ import annotations
 
-from .config import CacheConfig, KVTransferConfig, ParallelConfig, SchedulerConfig, VllmConfig
+from typing import Literal
+
+from .config import (
+    CacheConfig,
+    KVRole,
+    KVTransferConfig,
+    ParallelConfig,
+    PreemptionGuard,
+    SchedulerConfig,
+    SchedulingPolicy,
+    VllmConfig,
+)
 from .kv_connector.pd_connector import PDConnector
 from .outputs import ModelRunnerOutput, SchedulerOutput
 from .request import Request, SamplingParams
@@ -22,13 +33,13 @@ def create_scheduler(
     block_size: int = 16,
     max_model_len: int | None = None,
     async_scheduling: bool = False,
-    policy: str = "fcfs",
-    kv_role: str | None = None,
+    policy: SchedulingPolicy = "fcfs",
+    kv_role: KVRole | None = None,
     defer_block_free: bool | None = None,
-    preemption_guard: str = "fixed",
+    preemption_guard: PreemptionGuard = "fixed",
     pipeline_parallel_size: int = 1,
     scheduler_reserve_full_isl: bool = True,
-    kv_load_failure_policy: str = "fail",
+    kv_load_failure_policy: Literal["fail", "recompute"] = "fail",
 ) -> Scheduler:
     if max_model_len is None:
         max_model_len = max_num_batched_tokens

@@ -1,9 +1,9 @@
-"""The producer's `BlockSource`: the blocks of a finished prompt that the
-scheduler holds for a pull (`delay_free`), as deterministic payloads.
+"""The producer's blocks for a pull: the blocks of a finished prompt that
+the scheduler holds (`delay_free`), as deterministic payloads.
 
 Before serving it reads its own shadow store (`NodeCore.blocks_for_pull`): a
 block that no longer holds this request's KV — reused before the pull — is
-counted as a failed read, as the in-process transport does.
+counted as a failed read.
 """
 
 from __future__ import annotations
@@ -23,29 +23,27 @@ class HeldBlockSource:
         self.blocks_served = 0
         self.reads_failed = 0
 
-    def held_blocks(self, request_id: str) -> tuple[list[int], int]:
-        """(block ids holding the prompt's KV, prompt length) of a held request."""
-        scheduler = self.core.scheduler
-        request = scheduler.requests.get(request_id)
-        if request is None or not request.is_finished():
+    def _read(self, request_id: str, block_ids: Sequence[int]) -> tuple[list[int], int]:
+        """The prompt positions of `block_ids` and the prompt length, after the shadow read."""
+        held = self.core.held_prompt_blocks(request_id)
+        if held is None:
             raise UnknownRequestError(request_id)
-        prompt_len = request.num_prompt_tokens
-        n_blocks = -(-prompt_len // scheduler.block_size)
-        return scheduler.kv_cache_manager.get_block_ids(request_id)[:n_blocks], prompt_len
-
-    def get_blocks(self, request_id: str, block_ids: Sequence[int]) -> list[bytes]:
-        held, prompt_len = self.held_blocks(request_id)
-        position = {block_id: i for i, block_id in enumerate(held)}
+        held_ids, prompt_len = held
+        position = {block_id: i for i, block_id in enumerate(held_ids)}
         missing = [b for b in block_ids if b not in position]
         if missing:
-            raise UnknownBlockError(f"request {request_id!r} holds no block(s) {missing}; it holds {held}")
-        if not self.core.blocks_for_pull(request_id, held, prompt_len, self.now()):
+            raise UnknownBlockError(f"request {request_id!r} holds no block(s) {missing[:8]}")
+        if not self.core.blocks_for_pull(request_id, held_ids, prompt_len, self.now()):
             self.reads_failed += 1
-        bs = self.core.scheduler.block_size
-        out = []
-        for block_id in block_ids:
-            i = position[block_id]
-            tokens = min(bs, prompt_len - i * bs)
-            out.append(block_payload(request_id, i, tokens, self.bytes_per_token))
-        self.blocks_served += len(out)
-        return out
+        self.blocks_served += len(block_ids)
+        return [position[b] for b in block_ids], prompt_len
+
+    def check_blocks(self, request_id: str, block_ids: Sequence[int]) -> int:
+        positions, prompt_len = self._read(request_id, block_ids)
+        bs = self.core.block_size
+        return sum(min(bs, prompt_len - i * bs) for i in positions)
+
+    def get_blocks(self, request_id: str, block_ids: Sequence[int]) -> list[bytes]:
+        positions, prompt_len = self._read(request_id, block_ids)
+        bs = self.core.block_size
+        return [block_payload(request_id, i, min(bs, prompt_len - i * bs), self.bytes_per_token) for i in positions]

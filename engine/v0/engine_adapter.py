@@ -178,6 +178,7 @@ class V0SchedulerAdapter(V0StatsMixin):
             group = scheduled.seq_group
             rid, seq, chunk = group.request_id, group.seqs[0], scheduled.token_chunk_size
             request = group.request
+            assert request is not None  # add_request sets it before queueing the group
             computed = seq._num_computed_tokens
             is_prompt = seq._stage is prefill
             do_sample = not is_prompt or chunk + computed >= seq._len  # scheduler.samples(), inlined
@@ -267,6 +268,7 @@ class V0SchedulerAdapter(V0StatsMixin):
                 seq._stage = decode
             rid = group.request_id
             request = group.request
+            assert request is not None  # add_request sets it before queueing the group
             request.num_computed_tokens = computed
             request.is_prefill_chunk = False
             if not do_sample:
@@ -305,6 +307,7 @@ class V0SchedulerAdapter(V0StatsMixin):
         for rid in finished_ids:
             self._retire(rid, _TO_REQUEST_STATUS[self.seq_groups[rid].seq.status])
         for group in outs.ignored_seq_groups:
+            assert group.request is not None  # add_request sets it before queueing the group
             outputs.append(EngineCoreOutput(group.request_id, [], "length",
                                             num_preemptions=group.request.num_preemptions))
             finished_ids.add(group.request_id)

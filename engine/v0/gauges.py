@@ -53,6 +53,7 @@ class QueueGauges:
             self.waiting_drains += 1
 
     def _close_stretch(self, now: float) -> None:
+        assert self._waiting_since is not None  # only called with a stretch open
         self.waiting_nonempty_longest = max(self.waiting_nonempty_longest, now - self._waiting_since)
         self._waiting_since = None
 

@@ -63,6 +63,7 @@ class Scheduler:
         self.num_ignored_seq_groups = 0
         self.starvation = starvation.StarvationCounters()
         self._now = 0.0
+        assert scheduler_config.max_num_batched_tokens is not None  # resolved by SchedulerConfig.__post_init__
         if scheduler_config.enable_chunked_prefill:
             logger.info(format_chunked_prefill_enabled(scheduler_config.max_num_batched_tokens))
 
@@ -184,6 +185,7 @@ class Scheduler:
         cfg = self.scheduler_config
         if cfg.enable_chunked_prefill:
             return cfg.max_model_len
+        assert cfg.max_num_batched_tokens is not None  # resolved by SchedulerConfig.__post_init__
         return min(cfg.max_model_len, cfg.max_num_batched_tokens)
 
     def _schedule_prefills(self, waiting_queue: deque[SequenceGroup], budget: SchedulingBudget,
@@ -236,6 +238,7 @@ class Scheduler:
         """All prefills or all decodes: prefills first (only if nothing is swapped),
         decodes only if no prefill was scheduled, swap-in only if nothing was preempted."""
         cfg = self.scheduler_config
+        assert cfg.max_num_batched_tokens is not None  # resolved by SchedulerConfig.__post_init__
         budget = SchedulingBudget(cfg.max_num_batched_tokens, cfg.max_num_seqs)
         budget.add_num_seqs_of(self.running)
         remaining_waiting, prefills = self.waiting, SchedulerPrefillOutputs()
@@ -272,6 +275,7 @@ class Scheduler:
         preempted), then new prefills chunked into what is left of the budget --
         prefills run even while `swapped` is non-empty."""
         cfg = self.scheduler_config
+        assert cfg.max_num_batched_tokens is not None  # resolved by SchedulerConfig.__post_init__
         budget = SchedulingBudget(cfg.max_num_batched_tokens, cfg.max_num_seqs)
         remaining_swapped, swapped_in = self.swapped, SchedulerSwappedInOutputs()
         fcfs_policy = PolicyFactory.get_policy(policy_name="fcfs")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Sequence as Seq
 
-from engine.request import SamplingParams
+from engine.request import Request, SamplingParams
 
 
 class SequenceStatus(enum.IntEnum):
@@ -138,7 +138,7 @@ class SequenceGroup:
         # Simulator extras kept by the v1-shaped adapter, here rather than in
         # dicts keyed by request id because they are read every step: the v1
         # `Request` this group mirrors, and how many of its blocks the worker knows.
-        self.request = None
+        self.request: Request | None = None
         self.num_known_blocks = 0
 
     @property

@@ -4,7 +4,7 @@ vLLM-style log lines."""
 import urllib.request
 
 from bench.observe import LiveObserver
-from cluster.inproc_cluster import InProcCluster
+from cluster.inproc import InProcCluster
 from cluster.spec import ClusterSpec
 from engine.records import WorkloadRequest
 

@@ -5,7 +5,7 @@ import statistics
 import pytest
 
 from bench.metrics import compute_metrics
-from cluster.inproc_cluster import InProcCluster, run_inproc
+from cluster.inproc import InProcCluster, run_inproc
 from cluster.spec import ClusterSpec
 from engine.records import WorkloadRequest
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from cluster.inproc_cluster import InProcCluster, run_inproc
+from cluster.inproc import InProcCluster, run_inproc
 from cluster.spec import ClusterSpec
 from engine.config import CacheConfig as V1CacheConfig
 from engine.config import SchedulerConfig as V1SchedulerConfig

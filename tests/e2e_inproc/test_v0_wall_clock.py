@@ -23,6 +23,6 @@ def test_a_v0_node_serves_whole_requests_on_the_wall_clock_nodes(caplog):
     wl = workload(20, 120, 60)
     driver, nodes = asyncio.run(asyncio.wait_for(run_local(spec, wl, seed=2), 45))
     _check(driver, nodes, spec, 2, len(wl))  # tokens, block conservation, pool all free, no corruption
-    counters = nodes["decode-0"].core.counters()
-    assert counters["num_preemptions_swap"] > 0 and counters["shadow_read_missing"] == 0
-    assert {s.batches_in_flight for s in nodes["decode-0"].core.engine.step_records} == {1}
+    report = nodes["decode-0"].report()
+    assert report.counters["num_preemptions_swap"] > 0 and report.counters["shadow_read_missing"] == 0
+    assert {s.batches_in_flight for s in report.steps} == {1}

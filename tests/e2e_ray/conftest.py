@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.ray_cluster import RayClusterHandle
+from cluster.ray.cluster import RayClusterHandle
 from cluster.spec import ClusterSpec
 from engine.records import WorkloadRequest
 

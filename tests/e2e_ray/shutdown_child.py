@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import sys
 
-from cluster.ray_cluster import RayClusterHandle
-from cluster.ray_runtime import run_ray
+from cluster.ray.cluster import RayClusterHandle
+from cluster.ray.runtime import run_ray
 from engine.records import WorkloadRequest
 
 from .conftest import make_spec

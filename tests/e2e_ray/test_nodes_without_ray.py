@@ -10,15 +10,13 @@ import time
 
 import pytest
 
-from cluster.ray_driver import LoadDriver
-from cluster.ray_proxy import ProxyServer
 from cluster.invariants import check_tokens
-from decode_node.node import DecodeNode
-from decode_node.settings import WallNodeSettings
-from decode_node.stage_worker import StageStreamExecutor, StageWorker
-from decode_node.wall_clock import RunClock
+from cluster.ray.driver import LoadDriver
+from cluster.ray.proxy import ProxyServer
+from cluster.wall.clock import RunClock
+from cluster.wall.node_host import WallNodeHost, WallNodeSettings
+from cluster.wall.stage_worker import StageStreamExecutor, StageWorker
 from engine.sampler import DeterministicSampler
-from prefill_node.node import PrefillNode
 
 from .conftest import make_spec, workload
 
@@ -26,29 +24,26 @@ pytestmark = pytest.mark.timeout(60)
 
 
 async def run_local(spec, wl, seed=0, use_stage_workers=False):
-    """The Ray runtime's topology in one process; returns (driver, nodes)."""
+    """The Ray runtime's topology in one process, the node hosts the Ray
+    actors wrap; returns (driver, {name: host})."""
     names = [(role, ns) for role, ns, _ in spec.node_specs()]
-    settings = WallNodeSettings(cost_model=spec.cost(), time_scale=spec.time_scale, bytes_per_token=spec.bytes_per_token,
-                                stage_link=spec.links.stage.to_spec(), kv_link=spec.links.kv.to_spec(),
-                                kv_pull_timeout_s=spec.kv_pull_timeout_s, kv_pull_deadline_s=spec.kv_pull_deadline_s)
+    settings = WallNodeSettings(node=spec.node_settings(spec.time_scale), stage_link=spec.links.stage.to_spec(),
+                                kv_link=spec.links.kv.to_spec())
     nodes, stages = {}, []
     for role, ns in names:
         ns.sampler_seed = spec.sampler.seed + seed
-        if role == "prefill":
-            node = PrefillNode(ns, settings)
-            await node.start()
-        else:
-            factory = None
-            if use_stage_workers:
-                pp = ns.pipeline_parallel_size
-                workers = [StageWorker(i, pp, ns.sampler_seed, link_to_next=settings.stage_link) for i in range(pp)]
-                addresses = [await w.serve() for w in workers]
-                for i in range(pp - 1):
-                    await workers[i].connect_next(*addresses[i + 1])
-                stages.extend(workers)
-                factory = lambda clock, a=addresses, pp=pp: StageStreamExecutor(a[0], a[-1], pp)  # noqa: E731
-            node = DecodeNode(ns, settings, executor_factory=factory)
-        nodes[ns.name] = node
+        runner = None
+        if role == "decode" and use_stage_workers:
+            pp = ns.pipeline_parallel_size
+            workers = [StageWorker(i, pp, ns.sampler_seed, link_to_next=settings.stage_link) for i in range(pp)]
+            addresses = [await w.serve() for w in workers]
+            for i in range(pp - 1):
+                await workers[i].connect_next(*addresses[i + 1])
+            stages.extend(workers)
+            runner = StageStreamExecutor(addresses[0], addresses[-1], pp)
+        host = WallNodeHost(role, ns, settings, runner=runner)
+        await host.start()
+        nodes[ns.name] = host
     start_wall = time.time() + 0.05
     events: list = []
     server = ProxyServer(spec, seed, RunClock.from_wall_start(start_wall),
@@ -83,12 +78,10 @@ def _check(driver, nodes, spec, seed, n):
     assert len(records) == n and {r.finish_reason for r in records} == {"length"}
     for rec in records:
         assert check_tokens(rec, sampler.token_at, sampler.eos_token_id) == []
-    for node in nodes.values():
-        node.core.check_block_conservation()
-        pool = node.core.scheduler.kv_cache_manager.block_pool
-        assert node.core.scheduler.requests == {}
-        assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1
-        assert node.core.counters()["kv_corruptions_detected"] == 0
+    for host in nodes.values():
+        report = host.report()
+        assert report.invariant_errors == []  # blocks conserved, all returned, nothing held or deferred
+        assert report.counters["kv_corruptions_detected"] == 0
 
 
 @pytest.mark.parametrize("pp_size, stage_workers", [(1, False), (1, True), (2, True)])
@@ -98,10 +91,11 @@ def test_prefill_and_decode_nodes_serve_requests_without_ray(pp_size, stage_work
     wl = workload(8, 70, 12, gap_s=0.01)
     driver, nodes = asyncio.run(asyncio.wait_for(run_local(spec, wl, seed=2, use_stage_workers=stage_workers), 45))
     _check(driver, nodes, spec, 2, len(wl))
-    decode, prefill = nodes["decode-0"], nodes["prefill-0"]
-    assert decode.extra_counters()["kv_blocks_verified"] == 8 * 5  # ceil(70 / 16) blocks per prompt
-    assert decode.extra_counters()["stage_token_mismatches"] == 0
-    assert prefill.extra_counters()["kv_done_reports"] == 8
+    decode, prefill = nodes["decode-0"].report(), nodes["prefill-0"].report()
+    assert decode.counters["kv_blocks_verified"] == 8 * 5  # ceil(70 / 16) blocks per prompt
+    assert decode.counters["kv_blocks_pulled"] == 8 * 5
+    assert decode.counters["stage_token_mismatches"] == 0
+    assert prefill.counters["kv_done_reports"] == 8
     # Steps were modelled, and slept scaled: each step record carries its modelled duration.
-    assert all(s.duration >= 0 for s in decode.core.engine.step_records)
-    assert any(t.wall_s == pytest.approx(t.modelled_s * 0.05) and t.modelled_s > 0 for t in decode.loop.timings)
+    assert all(s.duration >= 0 for s in decode.steps) and any(s.duration > 0 for s in decode.steps)
+    assert any(t.run_s == pytest.approx(t.modelled_s * 0.05) and t.modelled_s > 0 for t in decode.timings)

@@ -8,7 +8,7 @@ prefix 298 preemptions (all zero-progress) vs fixed 36."""
 
 import pytest
 
-from cluster.ray_runtime import run_ray
+from cluster.ray.runtime import run_ray
 
 from .conftest import make_spec, workload
 

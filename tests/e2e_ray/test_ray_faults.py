@@ -11,7 +11,7 @@ import collections
 
 import pytest
 
-from cluster.ray_runtime import run_ray
+from cluster.ray.runtime import run_ray
 
 from .conftest import make_spec, workload
 

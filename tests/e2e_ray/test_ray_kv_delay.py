@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from cluster.ray_runtime import run_ray
+from cluster.ray.runtime import run_ray
 
 from .conftest import make_spec, workload
 

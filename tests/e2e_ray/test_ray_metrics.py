@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from bench.observe import RayLiveObserver
-from cluster.ray_runtime import run_ray
+from cluster.ray.runtime import run_ray
 
 from .conftest import make_spec, workload
 

@@ -3,7 +3,7 @@ over gRPC -> decode node (through its pipeline stage actors) -> tokens back."""
 
 import pytest
 
-from cluster.ray_runtime import run_ray
+from cluster.ray.runtime import run_ray
 from engine.sampler import DeterministicSampler
 
 from .conftest import make_spec, workload

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import ray_processes
+from cluster.ray import processes as ray_processes
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(150)]
 

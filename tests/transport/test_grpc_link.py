@@ -6,9 +6,8 @@ import time
 import grpc
 import pytest
 
-from connector.grpc_client import KVPuller, PullerConfig
-from connector.grpc_link import link_interceptors
-from connector.grpc_server import KVHandoffServer
+from connector.grpc import KVHandoffServer, KVPuller, PullerConfig
+from connector.grpc.link import link_interceptors
 from connector.link import Link, LinkSpec
 from connector.payload import block_payload
 from connector.transport import InMemoryBlockSink

@@ -6,8 +6,7 @@ import time
 import grpc
 import pytest
 
-from connector.grpc_client import KVPuller, PullerConfig
-from connector.grpc_server import KVHandoffServer
+from connector.grpc import KVHandoffServer, KVPuller, PullerConfig
 from connector.payload import block_payload
 from connector.transport import InMemoryBlockSink, PullFailure
 from protos.disagg import kv_handoff_pb2 as pb

@@ -5,20 +5,20 @@ from types import SimpleNamespace
 
 import pytest
 
-from connector.grpc_framing import (
+from connector.grpc.framing import (
     BlockAssembler,
     ChecksumMismatch,
     ProtocolError,
     WireBlock,
     encode_chunks,
 )
-from connector.grpc_server import (
+from connector.grpc.server import (
     InvalidPullError,
     KVHandoffHandler,
     _KVHandoffServicer,
     kv_handoff_rpc_handlers,
 )
-from connector.grpc_wire import MAX_CHUNK_BYTES, MIN_CHUNK_BYTES, validate_chunk_bytes
+from connector.grpc.wire import MAX_CHUNK_BYTES, MIN_CHUNK_BYTES, validate_chunk_bytes
 from connector.payload import block_payload, checksum
 from connector.transport import InMemoryBlockSource, UnknownBlockError, UnknownRequestError
 from protos.disagg import kv_handoff_pb2 as pb
@@ -247,7 +247,7 @@ def test_handler_awaits_an_async_done_callback():
 
 
 def test_message_size_limits_are_deliberate_and_set_on_both_sides():
-    from connector.grpc_wire import MAX_MESSAGE_BYTES, channel_options, server_options
+    from connector.grpc.wire import MAX_MESSAGE_BYTES, channel_options, server_options
 
     assert MAX_MESSAGE_BYTES == 8 * 1024 * 1024 > MAX_CHUNK_BYTES
     for options in (dict(server_options()), dict(channel_options())):

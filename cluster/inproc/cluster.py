@@ -1,0 +1,262 @@
+"""The in-process runtime: the prefill and decode roles (the very classes
+the Ray actors wrap), the proxy in front of them, the KV transport between
+them and the load driver, all on one virtual clock. Deterministic: the same
+spec, workload and seed give the same trace.
+
+Every node gets the same ports a Ray node gets, implemented on the event
+loop: the loop is its `Clock`, a `VirtualPipelineExecutor` its stages, the
+proxy link its outbox, an `InProcKVTransport` its KV handoff."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from connector.link import Direction, Link
+from decode_node.node import DecodeNode
+from engine.records import RequestRecord, WorkloadRequest
+from node.messages import KVEvent, NodeEvent, OutputEvent, RequestMessage
+from node.ports import NodePorts
+from node.role import NodeRole
+from prefill_node.node import PrefillNode
+
+from ..invariants import check_requests
+from ..router import Router
+from ..run_result import RunResult, kv_pull_summary
+from ..spec import ClusterSpec
+from .clock import EventLoop
+from .executor import VirtualPipelineExecutor
+from .kv_transport import InProcKVTransport
+
+REQUEST_BYTES = 512
+OUTPUT_BYTES = 64
+
+
+class InProcCluster:
+    def __init__(self, spec: ClusterSpec, seed: int = 0, debug_invariants: bool = False, trace: bool = False,
+                 observer: Any = None) -> None:
+        """`observer` (optional) gets `on_step(StepRecord)` for every step of
+        every node and `on_request_finished(node_name, RequestRecord)`."""
+        self.spec = spec
+        self.observer = observer
+        self.seed = seed
+        self.loop = EventLoop()
+        self.trace_enabled = trace
+        self.trace: list[tuple] = []
+        self._link_seed = seed * 1000
+        self._kv_links: dict[tuple[str, str], Link] = {}
+        settings = spec.node_settings()
+        self.nodes: dict[str, NodeRole] = {}
+        self.prefill_nodes: list[NodeRole] = []
+        self.decode_nodes: list[NodeRole] = []
+        self._producers: dict[str, PrefillNode] = {}
+        on_step = observer.on_step if observer is not None else None
+        for role, node_spec, group in spec.node_specs():
+            node_spec.sampler_seed = spec.sampler.seed + seed
+            stage_link = self._new_link(spec.links.stage) if group.pp_size > 1 else None
+            ports = NodePorts(
+                clock=self.loop,
+                executor=VirtualPipelineExecutor(self.loop, group.pp_size, stage_link),
+                emit=lambda events, name=node_spec.name: self._from_node(name, events),
+            )
+            node: NodeRole
+            if role == "prefill":
+                node = PrefillNode(node_spec, settings, ports, on_step, debug_invariants)
+                node.set_address(node.name)  # in-process, a producer's address is its name
+                self._producers[node.name] = node
+                self.prefill_nodes.append(node)
+            else:
+                kv = InProcKVTransport(node_spec.name, self.loop, self._producers, self._kv_link,  # type: ignore[arg-type]
+                                       spec.bytes_per_token)
+                node = DecodeNode(node_spec, settings, ports, kv, on_step, debug_invariants)
+                self.decode_nodes.append(node)
+            self.nodes[node.name] = node
+        self._proxy_links: dict[str, Link] = {n: self._new_link(spec.links.proxy) for n in self.nodes}
+        self.prefill_router: Router[NodeRole] | None = (
+            Router(self.prefill_nodes, spec.routing, NodeRole.load) if self.prefill_nodes else None
+        )
+        self.decode_router: Router[NodeRole] = Router(self.decode_nodes, spec.routing, NodeRole.load)
+        self.eos_token_id = self.decode_nodes[0].core.eos_token_id
+        self.records: dict[str, RequestRecord] = {}
+        self._workload: dict[str, WorkloadRequest] = {}
+        self._node_of: dict[str, NodeRole] = {}
+        self._backlog: list[WorkloadRequest] = []
+        self._in_flight = 0
+        self.max_concurrency: int | None = None
+
+    def _new_link(self, settings) -> Link:
+        self._link_seed += 1
+        return Link(settings.to_spec(), seed=self._link_seed)
+
+    def _kv_link(self, consumer: str, producer: str) -> Link:
+        key = (consumer, producer)
+        if key not in self._kv_links:
+            self._kv_links[key] = self._new_link(self.spec.links.kv)
+        return self._kv_links[key]
+
+    def _log(self, *event) -> None:
+        if self.trace_enabled:
+            self.trace.append((round(self.loop.now(), 9), *event))
+
+    # -- the load driver ---------------------------------------------------------
+    def submit(self, workload: Iterable[WorkloadRequest], max_concurrency: int | None = None) -> None:
+        self.max_concurrency = max_concurrency
+        for w in workload:
+            if w.request_id in self._workload:
+                raise ValueError(f"duplicate request id {w.request_id!r} in the workload")
+            self._workload[w.request_id] = w
+            self.loop.at(w.arrival_time, self._arrive, w)
+
+    def _arrive(self, w: WorkloadRequest) -> None:
+        if self.max_concurrency is not None and self._in_flight >= self.max_concurrency:
+            self._backlog.append(w)
+            return
+        self._in_flight += 1
+        now = self.loop.now()
+        self.records[w.request_id] = RequestRecord(w.request_id, now, w.prompt_len, w.output_len, w.priority)
+        self._log("arrive", w.request_id)
+        if self.prefill_nodes and self.prefill_router is None:
+            self._finish(w.request_id, "error")  # every prefill node is gone
+            return
+        if self.prefill_router is not None:
+            self._send(self.prefill_router.pick(), self._message(w, max_tokens=1, params={"do_remote_decode": True}))
+        else:
+            self._send(self.decode_router.pick(), self._message(w, max_tokens=w.output_len, params=None))
+
+    def _message(self, w: WorkloadRequest, max_tokens: int, params: dict | None) -> RequestMessage:
+        return RequestMessage(w.request_id, w.prompt_len, max_tokens, self.records[w.request_id].arrival_time,
+                              w.priority, params, self.spec.sampler.ignore_eos)
+
+    # -- the proxy ------------------------------------------------------------------
+    def _send(self, node: NodeRole, message: RequestMessage) -> None:
+        self._node_of[message.request_id] = node
+        arrival = self._proxy_links[node.name].transit(self.loop.now(), REQUEST_BYTES)
+        # The proxy's transport is reliable: a lost message costs no extra delay.
+        self.loop.at(arrival if arrival is not None else self.loop.now(), self._deliver, node, message)
+
+    def _deliver(self, node: NodeRole, message: RequestMessage) -> None:
+        if not node.alive:
+            self._finish(message.request_id, "error")
+            return
+        node.on_requests([message])
+
+    def _from_node(self, name: str, events: list[NodeEvent]) -> None:
+        now = self.loop.now()
+        arrival = self._proxy_links[name].transit(now, OUTPUT_BYTES * len(events), Direction.REVERSE)
+        self.loop.at(arrival if arrival is not None else now, self._proxy_receive, self.nodes[name], events)
+
+    def _proxy_receive(self, node: NodeRole, events: list[NodeEvent]) -> None:
+        now = self.loop.now()
+        for ev in events:
+            rec = self.records.get(ev.request_id)
+            if rec is None or rec.finish_reason is not None:
+                continue
+            if isinstance(ev, KVEvent):
+                if ev.phase == "start":
+                    rec.remote_kv_wait_start = ev.time
+                    self._log("pull_start", ev.request_id, node.name)
+                else:
+                    rec.remote_kv_wait_end = ev.time
+                    self._log("pull_end", ev.request_id, ev.ok)
+                continue
+            self._on_output(node, rec, ev, now)
+
+    def _on_output(self, node: NodeRole, rec: RequestRecord, ev: OutputEvent, now: float) -> None:
+        if rec.first_scheduled_time is None:
+            rec.first_scheduled_time = ev.first_scheduled_time
+        if node.role == "prefill":
+            if ev.finish_reason is None:
+                return  # the prefill's own token is not streamed: decode resamples it
+            if ev.kv_transfer_params and ev.finish_reason == "length":
+                w = self._workload[ev.request_id]
+                dnode = self.decode_router.pick()
+                self._log("to_decode", ev.request_id, dnode.name)
+                self._send(dnode, self._message(w, w.output_len, dict(ev.kv_transfer_params)))
+                return
+            # The prompt's first token already ended it (EOS): no handoff; the
+            # client gets that token from the prefill.
+            if ev.finish_reason == "stop":
+                rec.output_token_ids.extend(ev.new_token_ids)
+                rec.token_times.extend([now] * len(ev.new_token_ids))
+            self._finish(ev.request_id, ev.finish_reason or "error")
+            return
+        rec.output_token_ids.extend(ev.new_token_ids)
+        rec.token_times.extend([now] * len(ev.new_token_ids))
+        if ev.finish_reason is not None:
+            rec.num_preemptions = ev.num_preemptions
+            if ev.kv_transfer_params and "rejected" in ev.kv_transfer_params:
+                self._log("rejected", ev.request_id, ev.kv_transfer_params["rejected"])
+            self._finish(ev.request_id, ev.finish_reason)
+
+    def _finish(self, request_id: str, reason: str) -> None:
+        rec = self.records[request_id]
+        if rec.finish_reason is not None:
+            return
+        rec.finish_time = self.loop.now()
+        rec.finish_reason = reason
+        self._log("finish", request_id, reason, len(rec.output_token_ids))
+        if self.observer is not None:
+            node = self._node_of.get(request_id)
+            self.observer.on_request_finished(node.name if node else "proxy", rec)
+        self._in_flight -= 1
+        if self._backlog:
+            self._arrive(self._backlog.pop(0))
+
+    # -- faults ----------------------------------------------------------------------
+    def kill_node_at(self, name: str, at: float) -> None:
+        if name not in self.nodes:
+            raise ValueError(f"node {name!r} is unknown; allowed: {', '.join(self.nodes)}")
+        self.loop.at(at, self._kill, name)
+
+    def _kill(self, name: str) -> None:
+        node = self.nodes[name]
+        node.kill()
+        self._log("kill", name)
+        # The proxy stops routing to it (it notices the dead connection).
+        live_prefill = [n for n in self.prefill_nodes if n.alive]
+        live_decode = [n for n in self.decode_nodes if n.alive]
+        self.prefill_router = Router(live_prefill, self.spec.routing, NodeRole.load) if live_prefill else None
+        if live_decode:
+            self.decode_router = Router(live_decode, self.spec.routing, NodeRole.load)
+        # Requests the proxy had sent there are lost to it: fail them.
+        for req_id, at in self._node_of.items():
+            rec = self.records.get(req_id)
+            if at is node and rec is not None and rec.finish_reason is None:
+                self._finish(req_id, "error")
+
+    # -- run ---------------------------------------------------------------------------
+    def run(self, until: float | None = None, max_events: int | None = 50_000_000) -> RunResult:
+        self.loop.run(until=until, max_events=max_events)
+        reports = {name: n.report() for name, n in self.nodes.items() if n.alive}
+        steps = [s for r in reports.values() for s in r.steps]
+        steps.sort(key=lambda s: (s.time, s.node))
+        node_counters = {name: n.counters() for name, n in self.nodes.items()}
+        for name, n in self.nodes.items():
+            if not n.alive:
+                node_counters[name]["killed"] = 1
+        records = [self.records[r] for r in sorted(self.records, key=lambda r: (self.records[r].arrival_time, r))]
+        sampler = self.decode_nodes[0].core.sampler
+        errors = check_requests(records, sampler.token_at, sampler.eos_token_id,
+                                self.spec.decode.engine.max_model_len, self._workload)
+        for report in reports.values():
+            errors.extend(report.invariant_errors)
+        # Requests the driver never released (closed loop) are not lost: they
+        # are reported as never started.
+        return RunResult(
+            clock="virtual",
+            duration=self.loop.now(),
+            requests=records,
+            steps=steps,
+            node_counters=node_counters,
+            violations=[v for r in reports.values() for v in r.violations],
+            invariant_errors=errors,
+            trace=self.trace,
+            extra={"num_events": self.loop.num_events, "kv_pulls": kv_pull_summary(node_counters)},
+        )
+
+
+def run_inproc(spec: ClusterSpec, workload: list[WorkloadRequest], seed: int = 0, max_concurrency: int | None = None,
+               debug_invariants: bool = False, trace: bool = False) -> RunResult:
+    cluster = InProcCluster(spec, seed=seed, debug_invariants=debug_invariants, trace=trace)
+    cluster.submit(workload, max_concurrency)
+    return cluster.run()

@@ -1,0 +1,27 @@
+"""The virtual-clock `StepExecutor`: `pp_size` pipeline stages as
+arithmetic (`connector.stage_pipeline.StagePipeline`). A step occupies each
+stage for its share of the modelled step time, in order; a stage works on
+one batch at a time, so different batches overlap in different stages.
+Stage-to-stage hops go through the stage link."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from connector.link import Link
+from connector.stage_pipeline import StagePipeline
+from engine.model_runner import StepPlan
+from node.ports import StepDone
+
+from .clock import EventLoop
+
+
+class VirtualPipelineExecutor:
+    def __init__(self, loop: EventLoop, pp_size: int, stage_link: Link | None = None) -> None:
+        self.loop = loop
+        self.pipeline = StagePipeline(pp_size, stage_link)
+        self.busy_time = 0.0
+
+    def execute(self, plan: StepPlan, duration_s: float, on_done: StepDone, on_error: Callable[[str], None]) -> None:
+        self.busy_time += duration_s
+        self.loop.at(self.pipeline.finish_time(self.loop.now(), duration_s), on_done, plan, None)

@@ -1,0 +1,137 @@
+"""The KV transport port on the virtual clock: one instance per consumer
+node, over a seeded, impaired `Link` per (consumer, producer) pair. It moves
+no bytes — the producer checks the blocks it would serve (`check_blocks`,
+with its shadow read) and the payload's size goes through the link's
+bandwidth — and it reports each attempt exactly once, within its timeout,
+as the gRPC transport does:
+
+    attempt:  request (consumer -> producer) -> producer checks the blocks
+              -> payload (producer -> consumer) -> every block landed
+    lost request or payload, or a payload that would land after the
+    attempt's timeout: DEADLINE_EXCEEDED at the timeout
+    producer gone: PRODUCER_UNAVAILABLE when the request would have reached it
+    producer does not hold them: UNKNOWN_REQUEST when its answer arrives
+    done report: report -> producer's `on_done_report` -> ack; lost either
+    way: not delivered, at the timeout
+
+The retry policy is the node's, not this transport's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from connector.link import Direction, Link
+from connector.transport import (
+    DoneReport,
+    DoneReportResult,
+    KVServeEndpoint,
+    OnBlock,
+    PullAttempt,
+    PullAttemptResult,
+    PullFailure,
+    UnknownBlockError,
+    UnknownRequestError,
+)
+
+from .clock import EventLoop
+
+REQUEST_BYTES = 256
+ANSWER_BYTES = 64
+DONE_BYTES = 64
+
+
+class Producer(KVServeEndpoint, Protocol):
+    @property
+    def alive(self) -> bool: ...
+
+
+class InProcKVTransport:
+    def __init__(
+        self,
+        consumer: str,
+        loop: EventLoop,
+        producers: dict[str, Producer],
+        link_to: Callable[[str, str], Link],
+        bytes_per_token: int,
+    ) -> None:
+        """`producers` maps an address (the producer's name in-process) to its
+        node; `link_to(consumer, address)` gives the link between them."""
+        self.consumer = consumer
+        self.loop = loop
+        self.producers = producers
+        self.link_to = link_to
+        self.bytes_per_token = bytes_per_token
+        # Reports passed on already: a repeat (its ack was lost) is only
+        # acknowledged, as the gRPC server's handler does.
+        self._reported: set[tuple[str, str]] = set()
+
+    def _link(self, address: str) -> Link:
+        return self.link_to(self.consumer, address)
+
+    # -- pulls -------------------------------------------------------------------
+    def pull(self, attempt: PullAttempt, on_block: OnBlock, on_result: Callable[[PullAttemptResult], None]) -> None:
+        now = self.loop.now()
+        timeout_at = now + attempt.timeout_s
+        arrival = self._link(attempt.remote_address).transit(now, REQUEST_BYTES, Direction.FORWARD)
+        if arrival is None or arrival > timeout_at:
+            self._timeout(attempt, on_result, timeout_at)
+            return
+        self.loop.at(arrival, self._serve, attempt, on_result, timeout_at)
+
+    def _timeout(self, attempt: PullAttempt, on_result: Callable[[PullAttemptResult], None], at: float) -> None:
+        result = PullAttemptResult(attempt, failure=PullFailure.DEADLINE_EXCEEDED, reason="attempt timed out")
+        self.loop.at(at, on_result, result)
+
+    def _serve(self, attempt: PullAttempt, on_result: Callable[[PullAttemptResult], None], timeout_at: float) -> None:
+        now = self.loop.now()
+        producer = self.producers.get(attempt.remote_address)
+        if producer is None or not producer.alive:
+            on_result(PullAttemptResult(attempt, failure=PullFailure.PRODUCER_UNAVAILABLE, reason="producer gone"))
+            return
+        link = self._link(attempt.remote_address)
+        try:
+            num_tokens = producer.check_blocks(attempt.remote_request_id, attempt.remote_block_ids)
+        except (UnknownRequestError, UnknownBlockError) as err:
+            answer = link.transit(now, ANSWER_BYTES, Direction.REVERSE)
+            if answer is None or answer > timeout_at:
+                self._timeout(attempt, on_result, timeout_at)
+                return
+            result = PullAttemptResult(attempt, failure=PullFailure.UNKNOWN_REQUEST, reason=f"not held: {err.args[0]}")
+            self.loop.at(answer, on_result, result)
+            return
+        nbytes = num_tokens * self.bytes_per_token
+        arrival = link.transit(now, nbytes, Direction.REVERSE)
+        if arrival is None or arrival > timeout_at:
+            self._timeout(attempt, on_result, timeout_at)
+            return
+        result = PullAttemptResult(attempt, landed=attempt.block_indices, num_bytes=nbytes)
+        self.loop.at(arrival, on_result, result)
+
+    # -- done reports ----------------------------------------------------------------
+    def report_done(self, report: DoneReport, on_result: Callable[[DoneReportResult], None]) -> None:
+        now = self.loop.now()
+        timeout_at = now + report.timeout_s
+        arrival = self._link(report.remote_address).transit(now, DONE_BYTES, Direction.FORWARD)
+        if arrival is None or arrival > timeout_at:
+            self.loop.at(timeout_at, on_result, DoneReportResult(report, delivered=False))
+            return
+        self.loop.at(arrival, self._deliver_report, report, on_result, timeout_at)
+
+    def _deliver_report(
+        self, report: DoneReport, on_result: Callable[[DoneReportResult], None], timeout_at: float
+    ) -> None:
+        producer = self.producers.get(report.remote_address)
+        if producer is None or not producer.alive:
+            on_result(DoneReportResult(report, delivered=False))
+            return
+        key = (report.remote_address, report.remote_request_id)
+        if key not in self._reported:
+            self._reported.add(key)
+            producer.on_done_report(report.remote_request_id, report.success)
+        ack = self._link(report.remote_address).transit(self.loop.now(), ANSWER_BYTES, Direction.REVERSE)
+        if ack is None or ack > timeout_at:
+            self.loop.at(timeout_at, on_result, DoneReportResult(report, delivered=False))
+            return
+        self.loop.at(ack, on_result, DoneReportResult(report, delivered=True))

@@ -1,0 +1,54 @@
+"""Where the Ray runtime's actors go.
+
+- Serving nodes: when the cluster advertises the custom resource
+  `disagg_prefill` / `disagg_decode`, each node actor of that role takes one
+  unit, so an operator decides how many prefill and decode nodes each
+  machine hosts (`ray start --resources='{"disagg_decode": 2}'`). Without
+  them, node actors are placed with the SPREAD strategy, one per machine
+  while machines last. A local cluster launched by `RayClusterHandle`
+  advertises both resources generously, so everything fits on it.
+- Pipeline stages of a decode node: on the same Ray node as their node
+  (hard node affinity: with soft affinity Ray spilled a stage to another
+  node while the first was still starting), like the GPUs of one host.
+- The proxy: pinned to the driver's machine, so the times it stamps and the
+  driver's clock agree.
+
+Every actor asks for `num_cpus=0`: they are I/O bound (sleeps and RPCs), and
+a 2-CPU machine would otherwise place only two of them.
+"""
+
+from __future__ import annotations
+
+from cluster.ray.env import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+ROLE_RESOURCES = {"prefill": "disagg_prefill", "decode": "disagg_decode"}
+# What a launched local cluster advertises: room for any test topology.
+LOCAL_ROLE_UNITS = 64
+
+
+def node_actor_options(role: str, cluster_resources: dict[str, float]) -> dict:
+    try:
+        resource = ROLE_RESOURCES[role]
+    except KeyError:
+        raise ValueError(f"role {role!r} is unknown; allowed: {sorted(ROLE_RESOURCES)}") from None
+    if cluster_resources.get(resource, 0) >= 1:
+        return {"num_cpus": 0, "resources": {resource: 1}}
+    return {"num_cpus": 0, "scheduling_strategy": "SPREAD"}
+
+
+def colocated_options(ray_node_id: str) -> dict:
+    return {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(ray_node_id, soft=False)}
+
+
+def pinned_options(ray_node_id: str) -> dict:
+    return {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(ray_node_id, soft=False)}
+
+
+def current_node_id() -> str:
+    return ray.get_runtime_context().get_node_id()
+
+
+def describe_placement(cluster_resources: dict[str, float]) -> str:
+    roles = [r for r, res in ROLE_RESOURCES.items() if cluster_resources.get(res, 0) >= 1]
+    return f"custom resources for {', '.join(roles)}" if roles else "SPREAD (no disagg_* resources advertised)"

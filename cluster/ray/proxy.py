@@ -1,0 +1,156 @@
+"""The proxy of the Ray runtime, in front of the prefill and decode nodes
+(vLLM's disaggregated proxy; routing in `proxy_router.ProxyRouter`).
+
+`ProxyServer` is the plain part: nodes connect to it over framed TCP
+(`cluster/wall/proxy_channel.py`) — requests go out and events come in, in
+order, on one connection per node — and a node whose connection closes is
+gone: the requests it was prefilling fail with finish reason "error" and it
+leaves the routers. `ProxyActor` is its Ray shell: it adds a Ray liveness
+watch per node (for a node that dies before it connects) and streams the
+client events to the driver as a Ray streaming generator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Callable
+
+from cluster.ray.env import ray
+from cluster.wall.clock import RunClock
+from cluster.wall.frames import FrameConnection, FrameError, serve
+from node.messages import RequestMessage
+
+from ..client_events import ClientEvent, Submission
+from ..spec import ClusterSpec
+from .proxy_router import ProxyRouter
+
+logger = logging.getLogger(__name__)
+
+# The driver gets client events at most this often (they are stamped when
+# they happen; batching only saves the driver's CPU).
+STREAM_BATCH_S = 0.02
+
+
+class ProxyServer:
+    def __init__(self, spec: ClusterSpec, seed: int, clock: RunClock, prefill: list[str], decode: list[str],
+                 publish: Callable[[list[ClientEvent]], None]) -> None:
+        self.names = set(prefill) | set(decode)
+        self.router = ProxyRouter(spec, seed, clock, prefill, decode, self._send, publish)
+        self.conns: dict[str, FrameConnection] = {}
+        self._unsent: dict[str, list[list[RequestMessage]]] = {}
+        self._server: asyncio.Server | None = None
+        self.closing = False
+        self.messages_in = 0
+
+    async def start(self, host: str) -> tuple[str, int]:
+        self._server, port = await serve(host, self._on_connection)
+        return host, port
+
+    def submit(self, items: list[Submission]) -> None:
+        self.router.submit(items)
+
+    def node_gone(self, name: str) -> None:
+        if not self.closing:
+            self.router.node_died(name)
+
+    async def _on_connection(self, conn: FrameConnection) -> None:
+        hello = await conn.recv()
+        if not (isinstance(hello, list) and len(hello) == 2 and hello[0] == "hello" and hello[1] in self.names):
+            logger.warning("proxy: unexpected first frame %r", hello)
+            return
+        name = hello[1]
+        self.conns[name] = conn
+        for messages in self._unsent.pop(name, []):
+            self._send(name, messages)
+        try:
+            while (frame := await conn.recv()) is not None:
+                self.messages_in += 1
+                if isinstance(frame, list) and len(frame) == 2 and frame[0] == "ev" and isinstance(frame[1], list):
+                    self.router.node_events(name, frame[1])
+                else:
+                    logger.warning("proxy: unexpected frame from %s: %.80r", name, frame)
+        except FrameError as err:
+            logger.warning("proxy: %s broke the framing: %s", name, err)
+        self.node_gone(name)  # the connection closed: the node's process is gone (or stopping)
+
+    def _send(self, node: str, messages: list[RequestMessage]) -> None:
+        conn = self.conns.get(node)
+        if conn is None:
+            self._unsent.setdefault(node, []).append(messages)  # not connected yet
+        elif not conn.send(["req", [m.to_wire() for m in messages]]):
+            self.router.send_failed(node, [m.request_id for m in messages])
+
+    async def close(self) -> None:
+        self.closing = True
+        self.router.close()
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.conns.values()):
+            await conn.close()
+
+
+@ray.remote(num_cpus=0)
+class ProxyActor:
+    def __init__(self) -> None:
+        self.server: ProxyServer | None = None
+        self._events: list[ClientEvent] = []
+        self._published = asyncio.Event()
+        self._closed = False
+        self._watches: list[asyncio.Future] = []
+
+    async def ready(self) -> dict:
+        return {"name": "proxy", "ray_node_id": ray.get_runtime_context().get_node_id()}
+
+    async def begin(self, spec_json: str, seed: int, start_wall: float, prefill: dict, decode: dict) -> tuple[str, int]:
+        """Start routing; returns the address the nodes connect to."""
+        spec = ClusterSpec.model_validate_json(spec_json)
+        self.server = ProxyServer(spec, seed, RunClock.from_wall_start(start_wall), list(prefill), list(decode),
+                                  self._publish)
+        address = await self.server.start(ray.util.get_node_ip_address())
+        for name, handle in {**prefill, **decode}.items():
+            self._watches.append(asyncio.ensure_future(self._watch(name, handle)))
+        return address
+
+    async def _watch(self, name: str, handle) -> None:
+        try:
+            await handle.wait_stopped.remote()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # ActorDiedError and kin: the node is gone
+            pass
+        if not self._closed:
+            self.server.node_gone(name)
+
+    def _publish(self, events: list[ClientEvent]) -> None:
+        if events:
+            self._events.extend(events)
+            self._published.set()
+
+    async def submit(self, items: list[Submission]) -> None:
+        self.server.submit(items)
+
+    async def stream(self):
+        """Client events in batches, until `close_stream`."""
+        while True:
+            await self._published.wait()
+            if not self._closed:
+                await asyncio.sleep(STREAM_BATCH_S)
+            self._published.clear()
+            if self._events:
+                batch, self._events = self._events, []
+                yield batch
+            if self._closed and not self._events:
+                return
+
+    async def close_stream(self) -> dict:
+        self._closed = True
+        self._published.set()
+        for watch in self._watches:
+            watch.cancel()
+        stats = {"proxy_cpu_s": time.process_time()}
+        if self.server is not None:
+            await self.server.close()
+            stats.update(proxy_messages_in=self.server.messages_in, outstanding=dict(self.server.router.outstanding))
+        return stats

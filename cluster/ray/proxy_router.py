@@ -1,0 +1,200 @@
+"""The proxy's routing behaviour, free of Ray and sockets (see
+`cluster/ray/proxy.py` for the proxy itself): a request goes to a prefill
+node with `max_tokens=1` and `do_remote_decode`, then with the returned
+`kv_transfer_params` to a decode node; the decode node's tokens become
+client events. Routing is round-robin or least-loaded over the live nodes,
+least-loaded counting the requests outstanding at each node. Each
+proxy<->node edge is a `Link` applied here, in wall time (a lost message is
+resent at once: the proxy's transport is reliable, as in-process).
+
+Client events (`cluster.client_events`), times in run seconds stamped here.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+from cluster.wall.clock import RunClock
+from cluster.wall.delay_line import DelayedMailbox
+from connector.link import Link
+from node.messages import KVEvent, MessageError, NodeEvent, RequestMessage, event_from_wire
+
+from ..client_events import Arrived, ClientEvent, Finished, Scheduled, Submission, Tokens
+from ..router import Router
+from ..spec import ClusterSpec
+
+logger = logging.getLogger(__name__)
+
+REQUEST_BYTES = 512
+OUTPUT_BYTES = 64
+
+
+@dataclass
+class _Req:
+    request_id: str
+    prompt_len: int
+    output_len: int
+    priority: int
+    arrival: float
+    node: str = ""
+    phase: str = "prefill"
+    done: bool = False
+    sched_sent: bool = False
+    counted: bool = False  # included in `outstanding[node]`
+
+
+class ProxyRouter:
+    """The proxy's behaviour, free of Ray: `send(node, wires)` carries requests
+    to a node, `publish(events)` hands client events to the stream."""
+
+    def __init__(self, spec: ClusterSpec, seed: int, clock: RunClock, prefill: list[str], decode: list[str],
+                 send: Callable[[str, list[RequestMessage]], None],
+                 publish: Callable[[list[ClientEvent]], None]) -> None:
+        if not decode:
+            raise ValueError("the proxy needs at least one decode node")
+        self.spec = spec
+        self.clock = clock
+        self.send = send
+        self.publish = publish
+        self.prefill = list(prefill)
+        self.decode = list(decode)
+        self._prefill_set = set(self.prefill)
+        self.dead: set[str] = set()
+        self.outstanding: dict[str, int] = {n: 0 for n in self.prefill + self.decode}
+        self.requests: dict[str, _Req] = {}
+        self._routers: dict[str, Router | None] = {}
+        self._rebuild_routers()
+        links = spec.links.proxy.to_spec()
+        self._to_node: dict[str, DelayedMailbox] = {}
+        self._from_node: dict[str, DelayedMailbox] = {}
+        for i, name in enumerate(self.prefill + self.decode):
+            link = Link(links, seed=seed * 1000 + 500 + i)
+            ideal = link.is_ideal
+            self._to_node[name] = DelayedMailbox(clock, None if ideal else link.forward,
+                                                 lambda batch, name=name: self._deliver_to_node(name, batch))
+            self._from_node[name] = DelayedMailbox(clock, None if ideal else link.reverse,
+                                                   lambda batch, name=name: self._on_node_events(name, batch))
+
+    def _rebuild_routers(self) -> None:
+        load = self.outstanding.__getitem__
+        for role, names in (("prefill", self.prefill), ("decode", self.decode)):
+            live = [n for n in names if n not in self.dead]
+            self._routers[role] = Router(live, self.spec.routing, load) if live else None
+
+    # -- client side ------------------------------------------------------------
+    def submit(self, items: list[Submission]) -> None:
+        now = self.clock.now()
+        events: list[ClientEvent] = []
+        for item in items:
+            if item.request_id in self.requests:
+                raise ValueError(f"duplicate request id {item.request_id!r}")
+            req = _Req(item.request_id, item.prompt_len, item.output_len, item.priority, now)
+            self.requests[item.request_id] = req
+            events.append(Arrived(item.request_id, now))
+        self.publish(events)
+        for item in items:
+            req = self.requests[item.request_id]
+            if self.prefill:
+                self._route(req, "prefill", 1, {"do_remote_decode": True})
+            else:
+                self._route(req, "decode", req.output_len, None)
+
+    def _route(self, req: _Req, role: str, max_tokens: int, params: dict | None) -> None:
+        router = self._routers[role]
+        if router is None:
+            self._finish(req, "error")
+            return
+        node = router.pick()
+        req.node, req.phase, req.counted = node, role, True
+        self.outstanding[node] += 1
+        message = RequestMessage(req.request_id, req.prompt_len, max_tokens, req.arrival, req.priority, params,
+                                 self.spec.sampler.ignore_eos)
+        self._to_node[node].put(message, REQUEST_BYTES)
+
+    def _deliver_to_node(self, node: str, messages: list[RequestMessage]) -> None:
+        if node in self.dead:
+            self.send_failed(node, [m.request_id for m in messages])
+            return
+        self.send(node, messages)
+
+    def send_failed(self, node: str, request_ids: list[str]) -> None:
+        """The node could not take these requests (its actor is gone)."""
+        for request_id in request_ids:
+            req = self.requests.get(request_id)
+            if req is not None and not req.done and req.node == node:
+                self._finish(req, "error")
+
+    # -- node side --------------------------------------------------------------
+    def node_events(self, node: str, wires: list) -> None:
+        """A node's events as they came off its connection (wire form)."""
+        try:
+            events = [event_from_wire(w) for w in wires]
+        except MessageError as err:
+            logger.warning("proxy: bad events from %s: %s", node, err)
+            return
+        self._from_node[node].put(events, OUTPUT_BYTES * len(events))
+
+    def _on_node_events(self, node: str, batches: list[list[NodeEvent]]) -> None:
+        now = self.clock.now()
+        out: list[ClientEvent] = []
+        is_prefill = node in self._prefill_set
+        for events in batches:
+            for ev in events:
+                req = self.requests.get(ev.request_id)
+                if req is None or req.done:
+                    continue
+                if isinstance(ev, KVEvent):
+                    out.append(ev)
+                    continue
+                rid, tokens, reason, params = ev.request_id, ev.new_token_ids, ev.finish_reason, ev.kv_transfer_params
+                if not req.sched_sent and ev.first_scheduled_time is not None:
+                    req.sched_sent = True
+                    out.append(Scheduled(rid, ev.first_scheduled_time))
+                if is_prefill:
+                    if reason is None:
+                        continue  # the prefill's own token is not streamed: decode resamples it
+                    self._release(req)
+                    if params and reason == "length":
+                        self._route(req, "decode", req.output_len, dict(params))
+                    else:
+                        # A first token that is EOS ends the request at the
+                        # prefill node: no handoff, the client gets that token.
+                        if reason == "stop" and tokens:
+                            out.append(Tokens(rid, tokens, now))
+                        out.append(self._finish(req, reason or "error", publish=False))
+                    continue
+                if tokens:
+                    out.append(Tokens(rid, tokens, now))
+                if reason is not None:
+                    out.append(self._finish(req, reason, ev.num_preemptions, publish=False))
+        self.publish(out)
+
+    def _finish(self, req: _Req, reason: str, num_preemptions: int = 0, publish: bool = True) -> Finished:
+        req.done = True
+        self._release(req)
+        del self.requests[req.request_id]
+        event = Finished(req.request_id, reason, self.clock.now(), num_preemptions, req.node)
+        if publish:
+            self.publish([event])
+        return event
+
+    def _release(self, req: _Req) -> None:
+        if req.counted:
+            req.counted = False
+            self.outstanding[req.node] -= 1
+
+    def node_died(self, node: str) -> None:
+        if node in self.dead:
+            return
+        self.dead.add(node)
+        self._rebuild_routers()
+        lost = [r for r in self.requests.values() if r.node == node and not r.done]
+        for req in lost:
+            self._finish(req, "error")
+        logger.warning("proxy: node %s is gone; %d request(s) there failed", node, len(lost))
+
+    def close(self) -> None:
+        for box in list(self._to_node.values()) + list(self._from_node.values()):
+            box.close()

@@ -1,0 +1,329 @@
+"""The Ray runtime: the same topology as the in-process cluster, as real
+processes on a Ray cluster, on the wall clock.
+
+    with RayClusterHandle() as handle:             # or RayClusterHandle(address=...)
+        result = run_ray(spec, workload, handle=handle)
+
+One run = fresh actors: a proxy (on the driver's machine), one actor per
+prefill and decode node (placed by `cluster.ray.placement`), and `pp_size`
+stage workers per decode node (on their node's machine). KV blocks move
+between nodes over gRPC; the KV link's impairments are gRPC interceptors on
+the consumer's channels, the proxy and stage links are applied in the
+application. At the end every node drains, checks its own invariants
+(`cluster.invariants.check_run`) and reports; then every actor of the run
+is stopped and killed.
+
+Time: a `RunResult` from here has clock="wall"; every time in it is wall
+seconds since the run started (t = 0 when the load driver starts). Step
+durations are slept as `modelled_duration * spec.time_scale`, so with
+`time_scale` 0.05 a run is ~20x shorter than its modelled time; link delays,
+pull timeouts and deadlines, fault times and outage windows are wall seconds
+and are not scaled. Step records carry the modelled (unscaled) duration.
+
+Live observation (`cluster/ray/observe.py`): with an `observer_factory`
+every node actor serves its own Prometheus `/metrics` and formats vLLM-style
+stats lines, which the driver logs while the run goes on;
+`extra["metrics_urls"]` lists the endpoints, which close with the actors.
+
+Faults: `[{"kill": "prefill-0", "at": 2.0}]` kills that node's actor at run
+time 2.0 s (its process and gRPC server die with it). Link outages come from
+`spec.links.*.outages` (run seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Callable
+
+from cluster.ray.env import ray
+from cluster.wall.clock import RunClock
+from cluster.wall.node_host import WallNodeSettings
+from engine.records import WorkloadRequest
+from engine.sampler import DeterministicSampler
+
+from ..invariants import check_requests
+from .actors import DecodeNodeActor, PrefillNodeActor
+from .cluster import RayClusterHandle
+from .driver import LoadDriver
+from .observe import DriverObservation, ObserverFactory
+from .placement import describe_placement, node_actor_options, pinned_options
+from .proxy import ProxyActor
+from ..run_result import RunResult, kv_pull_summary
+from ..spec import ClusterSpec
+
+logger = logging.getLogger(__name__)
+
+CALL_TIMEOUT_S = 60.0  # actor start-up and control calls (not the run itself)
+START_LEAD_S = 0.25  # t = 0 lies this far after the actors are told, so all start together
+
+
+def parse_faults(faults: list | None, spec: ClusterSpec) -> list[tuple[str, float]]:
+    names = [ns.name for _, ns, _ in spec.node_specs()]
+    out = []
+    for i, fault in enumerate(faults or []):
+        if not isinstance(fault, dict) or set(fault) != {"kill", "at"}:
+            raise ValueError(f"faults[{i}]={fault!r} is invalid; allowed: {{'kill': <node name>, 'at': <run seconds>}}")
+        name, at = fault["kill"], fault["at"]
+        if name not in names:
+            raise ValueError(f"faults[{i}]: node {name!r} is unknown; allowed: {', '.join(names)}")
+        if isinstance(at, bool) or not isinstance(at, (int, float)) or at < 0:
+            raise ValueError(f"faults[{i}]: at={at!r} is invalid; allowed: run seconds >= 0")
+        out.append((name, float(at)))
+    return out
+
+
+def run_ray(
+    spec: ClusterSpec,
+    workload: list[WorkloadRequest],
+    seed: int = 0,
+    max_concurrency: int | None = None,
+    address: str | None = None,
+    faults: list | None = None,
+    progress: Callable[[dict], None] | None = None,
+    *,
+    handle: RayClusterHandle | None = None,
+    timeout_s: float | None = None,
+    stall_timeout_s: float | None = None,
+    kv_hold_timeout_s: float | None = None,
+    quiesce_timeout_s: float = 10.0,
+    keep_step_timings: bool = False,
+    observer_factory: ObserverFactory | None = None,
+    on_metrics_urls: Callable[[dict[str, str]], None] | None = None,
+    while_serving: Callable[[dict[str, str]], None] | None = None,
+) -> RunResult:
+    """Run `workload` on a Ray cluster: `handle` (shared by several runs), or
+    one launched for this run (`address=None`) or attached to (`address`).
+
+    `stall_timeout_s` (default max(60, 3 x kv_pull_deadline_s)) ends a run in
+    which nothing happened for that long; `timeout_s` bounds the whole run.
+    `kv_hold_timeout_s` (default max(120, 6 x kv_pull_deadline_s)): a producer
+    frees blocks no consumer reported on after that long. `keep_step_timings`
+    adds every step's wall timing to `extra["step_timings"]` (for the
+    overhead benchmark).
+
+    Live observation: `observer_factory(node_name, index, host)` runs in each
+    node actor and returns its started observer (bench's
+    `start_node_observer`); `on_metrics_urls({node: url})` is called once the
+    endpoints are up, before the run starts; `while_serving({node: url})`
+    after every node has reported and before the actors are stopped — the
+    endpoints stay up until it returns (`--hold-metrics`).
+    """
+    kills = parse_faults(faults, spec)
+    ids = [w.request_id for w in workload]
+    if len(set(ids)) != len(ids):
+        dup = next(r for r in ids if ids.count(r) > 1)
+        raise ValueError(f"duplicate request id {dup!r} in the workload")
+    if handle is None:
+        with RayClusterHandle(address=address) as own:
+            return run_ray(spec, workload, seed, max_concurrency, None, faults, progress, handle=own,
+                           timeout_s=timeout_s, stall_timeout_s=stall_timeout_s,
+                           kv_hold_timeout_s=kv_hold_timeout_s, quiesce_timeout_s=quiesce_timeout_s,
+                           keep_step_timings=keep_step_timings, observer_factory=observer_factory,
+                           on_metrics_urls=on_metrics_urls, while_serving=while_serving)
+    if not handle.started or handle.closed:
+        raise RuntimeError("run_ray: the RayClusterHandle is not open; use it as a context manager")
+    run = _RayRun(handle, spec, seed, kv_hold_timeout_s, observer_factory)
+    try:
+        run.launch()
+        if on_metrics_urls is not None and run.metrics_urls:
+            on_metrics_urls(dict(run.metrics_urls))
+        result = asyncio.run(run.drive(
+            workload, max_concurrency, kills, progress,
+            stall_timeout_s if stall_timeout_s is not None else max(60.0, 3 * spec.kv_pull_deadline_s),
+            timeout_s, quiesce_timeout_s, keep_step_timings,
+        ))
+        if while_serving is not None and run.metrics_urls:
+            while_serving({n: u for n, u in run.metrics_urls.items() if n not in run.killed})
+        return result
+    finally:
+        run.teardown()
+
+
+class _RayRun:
+    def __init__(self, handle: RayClusterHandle, spec: ClusterSpec, seed: int, kv_hold_timeout_s: float | None,
+                 observer_factory: ObserverFactory | None = None) -> None:
+        self.handle = handle
+        self.observer_factory = observer_factory
+        self.metrics_urls: dict[str, str] = {}
+        self.observation: DriverObservation | None = None
+        self.spec = spec
+        self.seed = seed
+        self.name = handle.next_run_name()
+        if kv_hold_timeout_s is not None:
+            self.spec = spec = spec.model_copy(update={"kv_hold_timeout_s": kv_hold_timeout_s})
+        self.nodes: dict[str, object] = {}  # name -> actor handle
+        self.roles: dict[str, str] = {}
+        self.info: dict[str, dict] = {}
+        self.proxy = None
+        self.killed: dict[str, float] = {}
+
+    def _settings(self, index: int) -> WallNodeSettings:
+        s = self.spec
+        return WallNodeSettings(
+            node=s.node_settings(time_scale=s.time_scale),
+            stage_link=s.links.stage.to_spec(),
+            kv_link=s.links.kv.to_spec(),
+            link_seed=self.seed * 1000 + index + 1,
+        )
+
+    def launch(self) -> None:
+        resources = self.handle.cluster_resources()
+        for index, (role, node_spec, _) in enumerate(self.spec.node_specs()):
+            node_spec.sampler_seed = self.spec.sampler.seed + self.seed
+            actor_name = f"{self.name}-{node_spec.name}"
+            options = {"name": actor_name, **node_actor_options(role, resources)}
+            if role == "prefill":
+                actor = PrefillNodeActor.options(**options).remote(node_spec, self._settings(index),
+                                                                   self.observer_factory, index)
+            else:
+                actor = DecodeNodeActor.options(**options).remote(node_spec, self._settings(index), actor_name,
+                                                                  self.observer_factory, index)
+            self.handle.track(actor)
+            self.nodes[node_spec.name] = actor
+            self.roles[node_spec.name] = role
+        self.proxy = ProxyActor.options(name=f"{self.name}-proxy", **pinned_options(self.handle.driver_node_id)).remote()
+        self.handle.track(self.proxy)
+        # Every process up and imported before the run's clock starts.
+        infos = ray.get([a.start.remote() for a in self.nodes.values()] + [self.proxy.ready.remote()],
+                        timeout=CALL_TIMEOUT_S)
+        self.info = {info["name"]: info for info in infos}
+        self.metrics_urls = {n: self.info[n]["metrics_url"] for n in self.nodes if self.info[n].get("metrics_url")}
+
+    async def drive(self, workload, max_concurrency, kills, progress, stall_timeout_s, timeout_s,
+                    quiesce_timeout_s, keep_step_timings) -> RunResult:
+        start_wall = time.time() + START_LEAD_S
+        by_role = {r: {n: a for n, a in self.nodes.items() if self.roles[n] == r} for r in ("prefill", "decode")}
+        proxy_address = await asyncio.wait_for(self.proxy.begin.remote(
+            self.spec.model_dump_json(), self.seed, start_wall, by_role["prefill"], by_role["decode"]), CALL_TIMEOUT_S)
+        await asyncio.wait_for(asyncio.gather(
+            *(actor.begin.remote(start_wall, proxy_address) for actor in self.nodes.values())), CALL_TIMEOUT_S)
+        clock = RunClock.from_wall_start(start_wall)
+        obs = self.observation = DriverObservation(self.nodes, clock) if self.observer_factory is not None else None
+        driver = LoadDriver(self.proxy.submit.remote, workload, clock, max_concurrency, progress,
+                            on_finished=obs.on_finished if obs is not None else None)
+        stream = self.proxy.stream.options(num_returns="streaming").remote()
+        consumer = asyncio.ensure_future(driver.consume(stream))
+        tasks = [asyncio.ensure_future(driver.release_all())]
+        if obs is not None:
+            tasks.append(asyncio.ensure_future(obs.poll_lines()))
+        tasks += [asyncio.ensure_future(self._kill_at(clock, name, at)) for name, at in kills]
+        completed = await driver.wait_done(stall_timeout_s, timeout_s)
+        # The run lasted until its last request finished (the driver hears of
+        # it a little later: client events come in batches).
+        ends = [r.finish_time for r in driver.records.values() if r.finish_time is not None]
+        duration = max(ends) if completed and ends else clock.now()
+        for task in tasks:
+            task.cancel()
+        proxy_stats = await asyncio.wait_for(self.proxy.close_stream.remote(), CALL_TIMEOUT_S)
+        try:
+            await asyncio.wait_for(consumer, 5.0)
+        except (asyncio.TimeoutError, Exception):
+            consumer.cancel()
+        live = {n: a for n, a in self.nodes.items() if n not in self.killed}
+        quiet = await asyncio.wait_for(
+            asyncio.gather(*(a.quiesce.remote(quiesce_timeout_s) for a in live.values()), return_exceptions=True),
+            quiesce_timeout_s + CALL_TIMEOUT_S,
+        )
+        if obs is not None:
+            await obs.flush(CALL_TIMEOUT_S)  # every finished request is in its node's histograms
+        reports = await asyncio.wait_for(
+            asyncio.gather(*(a.report.remote() for a in live.values()), return_exceptions=True), CALL_TIMEOUT_S
+        )
+        if obs is not None:
+            await obs.fetch_lines(CALL_TIMEOUT_S)
+        return self._result(driver, workload, dict(zip(live, reports)), dict(zip(live, quiet)), duration, completed,
+                            proxy_stats, keep_step_timings)
+
+    async def _kill_at(self, clock: RunClock, name: str, at: float) -> None:
+        await clock.sleep_until(at)
+        logger.warning("fault: killing %s at t=%.3f s", name, clock.now())
+        self.killed[name] = clock.now()
+        if self.observation is not None:
+            self.observation.forget(name)
+        ray.kill(self.nodes[name], no_restart=True)
+
+    def _result(self, driver: LoadDriver, workload, reports: dict, quiet: dict, duration: float, completed: bool,
+                proxy_stats: dict, keep_step_timings: bool) -> RunResult:
+        spec = self.spec
+        errors: list[str] = []
+        sampler = DeterministicSampler(spec.sampler.seed + self.seed, spec.sampler.stop_probability)
+        records = sorted(driver.records.values(), key=lambda r: (r.arrival_time, r.request_id))
+        errors.extend(check_requests(records, sampler.token_at, sampler.eos_token_id,
+                                     spec.decode.engine.max_model_len, [w.request_id for w in workload]))
+        for w in workload:
+            if w.request_id in driver.released and w.request_id not in driver.records:
+                errors.append(f"{w.request_id}: released but never reached the proxy")
+        if driver.stalled:
+            errors.append("the run stalled: no progress within the stall timeout")
+        if driver.timed_out:
+            errors.append("the run hit its timeout")
+        node_counters: dict[str, dict] = {}
+        steps = []
+        violations: list[dict] = []
+        timings: dict[str, list] = {}
+        cpu: dict[str, float] = {}
+        observer_errors: list[str] = []
+        for name in self.nodes:
+            if name in self.killed:
+                node_counters[name] = {"killed": 1, "killed_at_s": self.killed[name]}
+                continue
+            report = reports.get(name)
+            if isinstance(report, BaseException) or report is None:
+                errors.append(f"{name}: no report ({type(report).__name__}: {report})")
+                node_counters[name] = {}
+                continue
+            if quiet.get(name) is not True:
+                errors.append(f"{name}: did not drain within the quiesce timeout")
+            node_counters[name] = report.counters
+            steps.extend(report.steps)
+            violations.extend(report.violations)
+            errors.extend(report.invariant_errors)
+            timings[name] = [(t.step_index, t.submitted, t.completed, t.modelled_s, t.run_s) for t in report.timings]
+            observer_errors.extend(report.observer_errors)
+            cpu[name] = round(report.where["cpu_s"] - self.info.get(name, {}).get("cpu_s", 0.0), 3)
+        steps.sort(key=lambda s: (s.time, s.node))
+        pulls = kv_pull_summary(node_counters)
+        extra = {
+            "time_scale": spec.time_scale,
+            "ray": self.handle.describe(),
+            "placement_policy": describe_placement(self.handle.cluster_resources()),
+            "placement": self._placement(),
+            "kv_pulls": pulls,
+            "killed": dict(self.killed),
+            "completed": completed,
+            "cpu_s": cpu,
+            **proxy_stats,
+        }
+        if keep_step_timings:
+            extra["step_timings"] = timings
+        if self.observation is not None:
+            extra["metrics_urls"] = dict(self.metrics_urls)
+            extra["stats_lines"] = list(self.observation.lines)
+            extra["observer_errors"] = observer_errors
+        return RunResult(clock="wall", duration=duration, requests=records, steps=steps, node_counters=node_counters,
+                         violations=violations, invariant_errors=errors, extra=extra)
+
+    def _placement(self) -> dict[str, str]:
+        """Actor -> Ray node id (proxy, nodes, and each decode node's stages)."""
+        out = {}
+        for name, info in self.info.items():
+            out[name] = info.get("ray_node_id")
+            for i, node_id in enumerate(info.get("stage_ray_node_ids", [])):
+                out[f"{name}/stage{i}"] = node_id
+        return out
+
+    def teardown(self) -> None:
+        """Stop every actor of the run (gracefully, then for certain)."""
+        actors = [a for n, a in self.nodes.items() if n not in self.killed]
+        try:
+            ray.get([a.stop.remote() for a in actors], timeout=10.0)
+        except Exception as err:  # a dead or stuck actor: it is killed below
+            logger.warning("run %s: graceful stop incomplete: %s", self.name, type(err).__name__)
+        for actor in list(self.nodes.values()) + ([self.proxy] if self.proxy is not None else []):
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:
+                pass
+            self.handle.untrack(actor)

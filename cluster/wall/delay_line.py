@@ -1,0 +1,58 @@
+"""One direction of an impaired link in wall time, for the application-level
+links (proxy <-> nodes, stage -> stage): items go in, come out in FIFO order
+after the `DelayLine`'s transit, and those due together are delivered as one
+batch. A message the link model drops is delivered at once: these links
+model reliable transports, whose loss shows up as no extra delay (as
+in-process)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import Callable
+
+from connector.link import DelayLine
+
+from .clock import RunClock
+
+logger = logging.getLogger(__name__)
+
+
+class DelayedMailbox:
+    def __init__(self, clock: RunClock, line: DelayLine | None, deliver: Callable[[list], None]) -> None:
+        self.clock = clock
+        self.line = line
+        self.deliver = deliver
+        self._queue: deque[tuple[float, object]] = deque()
+        self._last = 0.0
+        self._wakeup = asyncio.Event()
+        self._task = asyncio.ensure_future(self._run())
+
+    def put(self, item: object, nbytes: int) -> None:
+        now = self.clock.now()
+        arrival = None if self.line is None else self.line.transit(now, nbytes)
+        self._last = max(self._last, now if arrival is None else arrival)
+        self._queue.append((self._last, item))
+        self._wakeup.set()
+
+    async def _run(self) -> None:
+        queue = self._queue
+        while True:
+            if not queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            await self.clock.sleep_until(queue[0][0])
+            now = self.clock.now()
+            batch = []
+            while queue and queue[0][0] <= now:
+                batch.append(queue.popleft()[1])
+            if batch:
+                try:
+                    self.deliver(batch)
+                except Exception:  # one bad batch must not stop the link
+                    logger.exception("delivery failed")
+
+    def close(self) -> None:
+        self._task.cancel()

@@ -1,0 +1,82 @@
+"""A node's connection to the proxy: one framed TCP connection per node,
+opened by the node. Requests come in on it, the node's events go out on it,
+in order; when the node's process dies the proxy sees the connection close.
+
+    node -> proxy: ["hello", node_name] first, then ["ev", [event wire, ...]]
+    proxy -> node: ["req", [RequestMessage wire, ...]]
+
+`emit` is the node's outbox port: the events of one event-loop pass go out
+as one frame, so steps that finish together cost one message, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from node.messages import MessageError, NodeEvent, RequestMessage
+
+from .frames import FrameConnection, FrameError
+
+logger = logging.getLogger(__name__)
+
+
+class ProxyChannel:
+    def __init__(self, node_name: str, on_requests: Callable[[list[RequestMessage]], None]) -> None:
+        self.node_name = node_name
+        self.on_requests = on_requests
+        self.conn: FrameConnection | None = None
+        self._reader: asyncio.Task | None = None
+        self._pending: list[list] = []
+        self._flush_scheduled = False
+        self.messages_sent = 0
+        self.bad_frames = 0
+
+    async def connect(self, host: str, port: int) -> None:
+        self.conn = await FrameConnection.open(host, port)
+        self.conn.send(["hello", self.node_name])
+        self._reader = asyncio.ensure_future(self._read())
+        if self._pending:
+            self._flush()
+
+    async def _read(self) -> None:
+        assert self.conn is not None
+        try:
+            while (frame := await self.conn.recv()) is not None:
+                self._on_frame(frame)
+        except FrameError as err:
+            logger.error("%s: the proxy broke the framing: %s", self.node_name, err)
+
+    def _on_frame(self, frame: object) -> None:
+        try:
+            if not (isinstance(frame, list) and len(frame) == 2 and frame[0] == "req" and isinstance(frame[1], list)):
+                raise MessageError(f"expected ['req', [requests]], got {str(frame)[:80]!r}")
+            messages = [RequestMessage.from_wire(w) for w in frame[1]]
+        except MessageError as err:
+            self.bad_frames += 1
+            logger.warning("%s: bad requests from the proxy: %s", self.node_name, err)
+            return
+        self.on_requests(messages)
+
+    # -- the outbox port -----------------------------------------------------------
+    def emit(self, events: list[NodeEvent]) -> None:
+        if not events:
+            return
+        self._pending.extend(e.to_wire() for e in events)
+        if not self._flush_scheduled and self.conn is not None:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._pending and self.conn is not None:
+            events, self._pending = self._pending, []
+            if self.conn.send(["ev", events]):
+                self.messages_sent += 1
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        if self.conn is not None:
+            await self.conn.close()
