@@ -32,6 +32,12 @@ from engine.kv_connector.pd_connector import RecvSpec
 from .transport import DoneReport, DoneReportResult, PullAttempt, PullAttemptResult, PullFailure
 
 
+# An attempt shorter than this is not made: the deadline counts as passed.
+# Timers on the wall clock can fire a hair early or late; without this slack
+# a retry due at the deadline could sneak in a last, microsecond-long attempt.
+MIN_ATTEMPT_S = 0.001
+
+
 def _positive(name: str, value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
         raise ValueError(f"KVFaultPolicy.{name}={value!r} is invalid; allowed: a finite number > 0")
@@ -113,7 +119,7 @@ class PullSession:
     def next_attempt(self, now: float) -> PullAttempt | Failed:
         """The next attempt to make now, or the failure if the deadline has passed."""
         remaining = self.deadline - now
-        if remaining <= 0:
+        if remaining < MIN_ATTEMPT_S:
             return Failed(self._last_failure, self._last_reason)
         self.attempts += 1
         spec = self.spec
@@ -148,7 +154,7 @@ class PullSession:
             self._backoff = self.policy.backoff_initial_s  # progress: retry promptly
         pause = self._backoff
         self._backoff = min(self._backoff * 2, self.policy.backoff_max_s)
-        if now >= self.deadline:
+        if now >= self.deadline - MIN_ATTEMPT_S:
             return Failed(failure, reason)
         return Retry(min(now + pause, self.deadline))
 
@@ -190,7 +196,7 @@ class DoneSession:
 
     def record(self, result: DoneReportResult, now: float) -> Retry | None:
         """When to report again, or None: delivered, refused or given up."""
-        if result.delivered or result.final or not self.success or now >= self.deadline:
+        if result.delivered or result.final or not self.success or now >= self.deadline - MIN_ATTEMPT_S:
             return None
         pause = self._backoff
         self._backoff = min(self._backoff * 2, self.policy.backoff_max_s)

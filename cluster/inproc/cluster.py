@@ -240,11 +240,13 @@ class InProcCluster:
                                 self.spec.decode.engine.max_model_len, self._workload)
         for report in reports.values():
             errors.extend(report.invariant_errors)
-        # Requests the driver never released (closed loop) are not lost: they
-        # are reported as never started.
+        # As on Ray (and in `vllm bench serve`), the run lasted until its last
+        # request finished; the nodes' tail (freeing held blocks) is not in it.
+        ends = [r.finish_time for r in records if r.finish_time is not None]
+        done = len(ends) == len(records)
         return RunResult(
             clock="virtual",
-            duration=self.loop.now(),
+            duration=max(ends) if done and ends else self.loop.now(),
             requests=records,
             steps=steps,
             node_counters=node_counters,
