@@ -3,9 +3,8 @@
 `format_v1_line` reproduces the wording and order of vLLM 0.33's
 `LoggingStatLogger.log()` (vllm/v1/metrics/loggers.py): optional parts
 ("Deferred", "Preemptions", "Prefix cache hit rate") appear only when vLLM
-would print them. `format_v0_line` reproduces vLLM 0.5.3's
-`LoggingStatLogger` line (vllm/engine/metrics.py), which has no engine prefix
-and says "Swapped" and "Pending".
+would print them. (A v0 node's lines are vLLM 0.5.3's, written by the v0
+engine itself: `engine/v0/loglines.py`.)
 
 `PeriodicStatLogger` accumulates per-step token counts and emits a line every
 `interval` seconds of the caller's clock (virtual or wall; the logger never
@@ -17,10 +16,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal
 
 from engine.records import StepRecord
-from engine.v0.loglines import format_engine_stats
 
 logger = logging.getLogger("disagg_sim.stats")
 
@@ -55,21 +52,6 @@ def format_v1_line(
     return "Engine {:03d}: ".format(engine_index) + ", ".join(parts)
 
 
-def format_v0_line(
-    *,
-    prompt_throughput: float,
-    generation_throughput: float,
-    num_running: int,
-    num_swapped: int,
-    num_waiting: int,
-    gpu_cache_usage: float,
-    cpu_cache_usage: float = 0.0,
-) -> str:
-    """vLLM 0.5.3's line; the text itself lives with the v0 engine."""
-    return format_engine_stats(prompt_throughput, generation_throughput, num_running, num_swapped, num_waiting,
-                               gpu_cache_usage, cpu_cache_usage)
-
-
 @dataclass
 class _Snapshot:
     num_running: int = 0
@@ -85,18 +67,14 @@ class PeriodicStatLogger:
         self,
         engine_index: int = 0,
         interval: float = 5.0,
-        style: Literal["v1", "v0"] = "v1",
         start_time: float = 0.0,
         log: logging.Logger | None = logger,
         node_name: str | None = None,
     ):
         if interval <= 0:
             raise ValueError(f"interval must be > 0 seconds, got {interval}")
-        if style not in ("v1", "v0"):
-            raise ValueError(f"style must be 'v1' or 'v0', got {style!r}")
         self.engine_index = engine_index
         self.interval = interval
-        self.style = style
         self.log = log
         self.node_name = node_name
         self.lines: list[str] = []
@@ -157,17 +135,11 @@ class PeriodicStatLogger:
         gen_tp = self._generation_tokens / elapsed if elapsed > 0 else 0.0
         idle = not any((prompt_tp, gen_tp, self._last_prompt_tp, self._last_gen_tp))
         s = self._state
-        if self.style == "v1":
-            line = format_v1_line(
-                engine_index=self.engine_index, prompt_throughput=prompt_tp, generation_throughput=gen_tp,
-                num_running=s.num_running, num_waiting=s.num_waiting, kv_cache_usage=s.kv_cache_usage,
-                num_preemptions=self._preemptions,
-            )
-        else:
-            line = format_v0_line(
-                prompt_throughput=prompt_tp, generation_throughput=gen_tp, num_running=s.num_running,
-                num_swapped=s.num_swapped, num_waiting=s.num_waiting, gpu_cache_usage=s.kv_cache_usage,
-            )
+        line = format_v1_line(
+            engine_index=self.engine_index, prompt_throughput=prompt_tp, generation_throughput=gen_tp,
+            num_running=s.num_running, num_waiting=s.num_waiting, kv_cache_usage=s.kv_cache_usage,
+            num_preemptions=self._preemptions,
+        )
         self._last_prompt_tp, self._last_gen_tp = prompt_tp, gen_tp
         self._last_log_time = now
         self._prompt_tokens = self._generation_tokens = self._preemptions = 0

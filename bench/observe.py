@@ -50,7 +50,6 @@ class NodeObserver:
         engine_index: int = 0,
         log_interval: float | None = None,
         model_name: str = "disagg-sim",
-        style: str = "v1",
         buffer_lines: bool = False,
     ) -> None:
         self.node_name = node_name
@@ -63,7 +62,7 @@ class NodeObserver:
             self._buffer = _BufferHandler()
             log.addHandler(self._buffer)
         self.stat_logger = (
-            PeriodicStatLogger(engine_index=engine_index, interval=log_interval, style=style, node_name=node_name,
+            PeriodicStatLogger(engine_index=engine_index, interval=log_interval, node_name=node_name,
                                log=log)
             if log_interval
             else None
@@ -122,13 +121,12 @@ class LiveObserver:
         metrics_port: int | None = None,
         log_interval: float | None = None,
         model_name: str = "disagg-sim",
-        style: str = "v1",
     ) -> None:
         """`metrics_port`: None = no HTTP endpoint; 0 = an ephemeral port per
         node; N = node i serves on N + i. `log_interval`: seconds of the run's
         clock between log lines per node (None = no lines)."""
         self.nodes = {
-            n: NodeObserver(n, engine_index=i, log_interval=log_interval, model_name=model_name, style=style)
+            n: NodeObserver(n, engine_index=i, log_interval=log_interval, model_name=model_name)
             for i, n in enumerate(node_names)
         }
         self.exporters = {n: o.exporter for n, o in self.nodes.items()}
@@ -177,13 +175,12 @@ def start_node_observer(
     metrics_port: int | None,
     log_interval: float | None,
     model_name: str = "disagg-sim",
-    style: str = "v1",
 ) -> NodeObserver:
     """Runs inside a Ray node actor (`cluster.ray.observe.ObserverFactory`):
     node `index` serves on `host`:`metrics_port + index` (0 = ephemeral,
     None = no endpoint); its stats lines are buffered for the driver."""
     node = NodeObserver(node_name, engine_index=index, log_interval=log_interval, model_name=model_name,
-                        style=style, buffer_lines=True)
+                        buffer_lines=True)
     if metrics_port is not None:
         port = 0 if metrics_port == 0 else metrics_port + index
         try:
@@ -206,7 +203,6 @@ class RayLiveObserver:
         log_interval: float | None = None,
         hold_s: float = 0.0,
         model_name: str = "disagg-sim",
-        style: str = "v1",
         announce: Callable[[str], None] = print,
     ) -> None:
         if metrics_port is not None and not 0 <= metrics_port <= 65535:
@@ -216,7 +212,7 @@ class RayLiveObserver:
         if hold_s < 0:
             raise ValueError(f"hold_s={hold_s} is invalid; allowed: seconds >= 0")
         self.factory = functools.partial(start_node_observer, metrics_port=metrics_port, log_interval=log_interval,
-                                         model_name=model_name, style=style)
+                                         model_name=model_name)
         self.hold_s = hold_s
         self.announce = announce
         self.urls: dict[str, str] = {}

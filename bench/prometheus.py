@@ -153,26 +153,9 @@ class NodeMetricsExporter:
             self.queue_time.observe(rec.queue_time)
 
     def _inc(self, attr: str, n: int) -> None:
-        if n < 0:
-            raise ValueError(f"counter increments must be >= 0, got {n} for {attr}")
         if n:
             getattr(self, attr).inc(n)
             self._totals[attr] += n
-
-    def inc_preemptions(self, n: int = 1) -> None:
-        self._inc("preemptions", n)
-
-    def inc_zero_progress_preemptions(self, n: int = 1) -> None:
-        self._inc("zero_progress_preemptions", n)
-
-    def inc_allocate_slots_calls(self, n: int = 1) -> None:
-        self._inc("allocate_slots_calls", n)
-
-    def inc_blocks_freed_by_drain(self, n: int = 1) -> None:
-        self._inc("blocks_freed_by_drain", n)
-
-    def inc_kv_corruptions(self, n: int = 1) -> None:
-        self._inc("kv_corruptions", n)
 
     def set_deferred_free_blocks(self, n: int) -> None:
         self.deferred_free_blocks.set(n)

@@ -2,7 +2,8 @@
 
 import logging
 
-from bench.loglines import PeriodicStatLogger, format_v0_line, format_v1_line
+from bench.loglines import PeriodicStatLogger, format_v1_line
+from engine.v0.loglines import format_engine_stats
 from engine.records import StepRecord
 
 
@@ -23,8 +24,8 @@ def test_v1_optional_parts_in_vllm_order():
 
 
 def test_v0_line_exact_wording():
-    assert format_v0_line(prompt_throughput=10, generation_throughput=20.04, num_running=1, num_swapped=2,
-                          num_waiting=3, gpu_cache_usage=0.5, cpu_cache_usage=0.25) == (
+    # A v0 node's lines come from the v0 engine itself.
+    assert format_engine_stats(10, 20.04, 1, 2, 3, 0.5, 0.25) == (
         "Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 20.0 tokens/s, Running: 1 reqs, "
         "Swapped: 2 reqs, Pending: 3 reqs, GPU KV cache usage: 50.0%, CPU KV cache usage: 25.0%.")
 
@@ -49,7 +50,7 @@ def test_periodic_logger_averages_over_interval(caplog):
 
 
 def test_record_step_uses_step_fields():
-    log = PeriodicStatLogger(interval=1.0, style="v0", log=None)
+    log = PeriodicStatLogger(interval=1.0, log=None)
     mk = lambda t, pre: StepRecord(node="d", time=t, step_index=int(t * 10), batch_size=2, num_scheduled_tokens=12,
                                    num_prefill_tokens=10, num_decode_tokens=2, num_running=2, num_waiting=1,
                                    num_waiting_for_remote_kvs=1, num_free_blocks=3, num_deferred_blocks=0,
@@ -57,6 +58,5 @@ def test_record_step_uses_step_fields():
                                    num_zero_progress_preemptions_total=0)
     assert log.record_step(mk(0.5, 1)) is None
     line = log.record_step(mk(1.0, 3))
-    assert line == ("Avg prompt throughput: 20.0 tokens/s, Avg generation throughput: 4.0 tokens/s, "
-                    "Running: 2 reqs, Swapped: 0 reqs, Pending: 2 reqs, GPU KV cache usage: 25.0%, "
-                    "CPU KV cache usage: 0.0%.")
+    assert line == ("Engine 000: Avg prompt throughput: 20.0 tokens/s, Avg generation throughput: 4.0 tokens/s, "
+                    "Running: 2 reqs, Waiting: 2 reqs, Preemptions: 3, GPU KV cache usage: 25.0%")

@@ -46,9 +46,7 @@ def test_scrape_over_http_has_vllm_and_sim_names(exporter):
     port = exporter.start(port=0)
     assert port > 0 and exporter.url == f"http://127.0.0.1:{port}/metrics"
     exporter.update_gauges(num_running=3, num_waiting=2, kv_cache_usage=0.75, num_deferred_blocks=4)
-    exporter.inc_preemptions(2)
-    exporter.inc_zero_progress_preemptions()
-    exporter.inc_allocate_slots_calls(10)
+    exporter.sync_counters({"num_preemptions": 2, "num_zero_progress_preemptions": 1, "num_allocate_slots_calls": 10})
     exporter.observe_request(RequestRecord("a", 0.0, 8, 3, first_scheduled_time=0.2, token_times=[0.3, 0.35, 0.5],
                                            finish_time=0.5, finish_reason="length"))
     with urllib.request.urlopen(exporter.url, timeout=10) as resp:
@@ -99,7 +97,7 @@ def test_sync_counters_and_observe_step(exporter):
 
 def test_two_nodes_in_one_process_do_not_collide():
     a, b = NodeMetricsExporter("prefill-0"), NodeMetricsExporter("decode-0")
-    a.inc_preemptions(1)
+    a.sync_counters({"num_preemptions": 1})
     assert 'engine="prefill-0"' in a.render().decode()
     assert "vllm:num_preemptions_total{" in b.render().decode()
     assert 'engine="prefill-0"' not in b.render().decode()
