@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv conformance conformance-v0 bench clean
+.PHONY: run test lint venv conformance conformance-v0 bench clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -18,8 +18,15 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/disagg-sim run $(ARGS)
 
-test: $(STAMP)
+# Lint and format check (ruff) over the repository, types (mypy) over the
+# engine and the node roles, then the tests.
+test: $(STAMP) lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 # Builds vLLM 0.33.0's real scheduler (if missing) and runs the differential harness.
 conformance: $(STAMP)

@@ -1,11 +1,11 @@
 """`disagg-sim`: run scenarios, compare results.
 
-    disagg-sim run [SCENARIO] [--runtime inproc|ray] [--set k=v ...] [--address ADDR]
-                   [--net-delay MS] [--jitter MS] [--bandwidth MBPS] [--loss P]
-                   [--repeats N] [--out DIR]
-    disagg-sim compare RESULT.json ... [--threshold EXPR ...] [--baseline VARIANT]
-    disagg-sim validate SCENARIO
-    disagg-sim scenarios
+disagg-sim run [SCENARIO] [--runtime inproc|ray] [--set k=v ...] [--address ADDR]
+               [--net-delay MS] [--jitter MS] [--bandwidth MBPS] [--loss P]
+               [--repeats N] [--out DIR]
+disagg-sim compare RESULT.json ... [--threshold EXPR ...] [--baseline VARIANT]
+disagg-sim validate SCENARIO
+disagg-sim scenarios
 """
 
 from __future__ import annotations
@@ -33,7 +33,12 @@ def _parse_set(items: list[str]) -> dict:
 
 def _link_overrides(args) -> dict:
     out = {}
-    for flag, field in (("net_delay", "delay_ms"), ("jitter", "jitter_ms"), ("bandwidth", "bandwidth_MBps"), ("loss", "loss")):
+    for flag, field in (
+        ("net_delay", "delay_ms"),
+        ("jitter", "jitter_ms"),
+        ("bandwidth", "bandwidth_MBps"),
+        ("loss", "loss"),
+    ):
         value = getattr(args, flag)
         if value is not None:
             out[f"cluster.links.kv.{field}"] = value
@@ -57,19 +62,33 @@ def cmd_run(args) -> int:
         return 2
     runtime = args.runtime or scenario.file.runtime
     out = Path(args.out) if args.out else Path("results") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    console.print(f"[bold]{scenario.name}[/]: {len(scenario.variants)} variant(s) × {scenario.file.repeats} repeat(s) on {runtime}"
-                  + (f" ({args.address})" if args.address else ""))
+    console.print(
+        f"[bold]{scenario.name}[/]: {len(scenario.variants)} variant(s) × {scenario.file.repeats} repeat(s) "
+        f"on {runtime}" + (f" ({args.address})" if args.address else "")
+    )
     if scenario.file.description:
         console.print(scenario.file.description.strip(), markup=False)
     if args.log_stats:
         import logging
 
-        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s %(message)s", datefmt="%m-%d %H:%M:%S")
-    outcome = run_scenario(scenario, runtime=runtime, out_dir=out, console=console, address=args.address,
-                           debug_invariants=args.debug_invariants, metrics_port=args.metrics_port,
-                           log_interval=args.log_stats, hold_metrics=args.hold_metrics)
+        logging.basicConfig(
+            level=logging.INFO, format="%(levelname)s %(asctime)s %(message)s", datefmt="%m-%d %H:%M:%S"
+        )
+    outcome = run_scenario(
+        scenario,
+        runtime=runtime,
+        out_dir=out,
+        console=console,
+        address=args.address,
+        debug_invariants=args.debug_invariants,
+        metrics_port=args.metrics_port,
+        log_interval=args.log_stats,
+        hold_metrics=args.hold_metrics,
+    )
     clock = outcome.results[0]["clock"] if outcome.results else "?"
-    console.print(f"clock: {clock} ({'virtual, deterministic' if clock == 'virtual' else 'wall, scaled by time_scale'})")
+    console.print(
+        f"clock: {clock} ({'virtual, deterministic' if clock == 'virtual' else 'wall, scaled by time_scale'})"
+    )
     return outcome.exit_code
 
 
@@ -102,12 +121,19 @@ def cmd_scenarios(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="disagg-sim", description="Disaggregated LLM serving simulator (vLLM scheduler model).")
+    p = argparse.ArgumentParser(
+        prog="disagg-sim", description="Disaggregated LLM serving simulator (vLLM scheduler model)."
+    )
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a scenario (default: the built-in cross-process cascade)")
     r.add_argument("scenario", nargs="?", default=DEFAULT_SCENARIO, help="a scenario file or a built-in name")
     r.add_argument("--runtime", choices=["inproc", "ray"], help="override the scenario's runtime")
-    r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting, e.g. cluster.decode.engine.num_gpu_blocks=256")
+    r.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a setting, e.g. cluster.decode.engine.num_gpu_blocks=256",
+    )
     r.add_argument("--address", help="attach to an existing Ray cluster (default: launch a local one on 127.0.0.1)")
     r.add_argument("--net-delay", type=float, metavar="MS", help="KV link one-way delay")
     r.add_argument("--jitter", type=float, metavar="MS", help="KV link delay jitter")
@@ -116,11 +142,23 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--repeats", type=int, help="override the number of repeats")
     r.add_argument("--out", help="output directory (default results/<scenario>-<time>)")
     r.add_argument("--debug-invariants", action="store_true", help="check block conservation after every step")
-    r.add_argument("--metrics-port", type=int, metavar="PORT",
-                   help="serve a Prometheus /metrics endpoint per node on 127.0.0.1 (0 = ephemeral; node i gets PORT+i)")
-    r.add_argument("--hold-metrics", type=float, default=0.0, metavar="S", help="keep /metrics up S seconds after each run")
-    r.add_argument("--log-stats", type=float, nargs="?", const=5.0, metavar="S",
-                   help="print vLLM-style stats lines per node every S seconds of the run's clock (default 5)")
+    r.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve a Prometheus /metrics endpoint per node on 127.0.0.1 (0 = ephemeral; node i gets PORT+i)",
+    )
+    r.add_argument(
+        "--hold-metrics", type=float, default=0.0, metavar="S", help="keep /metrics up S seconds after each run"
+    )
+    r.add_argument(
+        "--log-stats",
+        type=float,
+        nargs="?",
+        const=5.0,
+        metavar="S",
+        help="print vLLM-style stats lines per node every S seconds of the run's clock (default 5)",
+    )
     r.set_defaults(func=cmd_run)
     c = sub.add_parser("compare", help="compare results JSON files; thresholds set the exit code")
     c.add_argument("results", nargs="+")

@@ -37,12 +37,27 @@ from rich.table import Table
 from bench.results import ResultsError, is_number, load_results
 
 DEFAULT_TABLE_METRICS = (
-    "completed", "failed", "duration", "request_throughput", "output_throughput",
-    "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
-    "mean_e2el_ms", "p99_e2el_ms", "max_concurrent_requests",
-    "num_preemptions", "num_zero_progress_preemptions", "num_allocate_slots_calls",
-    "deferred_free_blocks_peak", "num_blocks_freed_by_drain", "kv_corruptions_detected",
-    "mean_kv_usage", "max_kv_usage",
+    "completed",
+    "failed",
+    "duration",
+    "request_throughput",
+    "output_throughput",
+    "mean_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",
+    "mean_e2el_ms",
+    "p99_e2el_ms",
+    "max_concurrent_requests",
+    "num_preemptions",
+    "num_zero_progress_preemptions",
+    "num_allocate_slots_calls",
+    "deferred_free_blocks_peak",
+    "num_blocks_freed_by_drain",
+    "kv_corruptions_detected",
+    "mean_kv_usage",
+    "max_kv_usage",
 )
 AGGREGATES = {
     "mean": lambda xs: float(np.mean(xs)),
@@ -52,8 +67,12 @@ AGGREGATES = {
     "std": lambda xs: _sample_std(xs),
 }
 COMPARATORS = {
-    "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<=": lambda a, b: a <= b,
-    ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<=": lambda a, b: a <= b,
+    ">=": lambda a, b: a >= b,
+    "<": lambda a, b: a < b,
+    ">": lambda a, b: a > b,
 }
 
 

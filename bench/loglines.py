@@ -49,7 +49,7 @@ def format_v1_line(
     parts.append("%s KV cache usage: %.1f%%" % (kv_cache_device, kv_cache_usage * 100))
     if prefix_cache_hit_rate is not None:
         parts.append("Prefix cache hit rate: %.1f%%" % (prefix_cache_hit_rate * 100))
-    return "Engine {:03d}: ".format(engine_index) + ", ".join(parts)
+    return f"Engine {engine_index:03d}: " + ", ".join(parts)
 
 
 @dataclass
@@ -136,8 +136,12 @@ class PeriodicStatLogger:
         idle = not any((prompt_tp, gen_tp, self._last_prompt_tp, self._last_gen_tp))
         s = self._state
         line = format_v1_line(
-            engine_index=self.engine_index, prompt_throughput=prompt_tp, generation_throughput=gen_tp,
-            num_running=s.num_running, num_waiting=s.num_waiting, kv_cache_usage=s.kv_cache_usage,
+            engine_index=self.engine_index,
+            prompt_throughput=prompt_tp,
+            generation_throughput=gen_tp,
+            num_running=s.num_running,
+            num_waiting=s.num_waiting,
+            kv_cache_usage=s.kv_cache_usage,
             num_preemptions=self._preemptions,
         )
         self._last_prompt_tp, self._last_gen_tp = prompt_tp, gen_tp

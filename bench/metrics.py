@@ -138,8 +138,11 @@ def run_window(records: Sequence[RequestRecord]) -> tuple[float, float]:
     if not records:
         return 0.0, 0.0
     start = min(r.arrival_time for r in records)
-    ends = [r.finish_time if r.finish_time is not None else r.token_times[-1] for r in records
-            if r.finish_time is not None or r.token_times]
+    ends = [
+        r.finish_time if r.finish_time is not None else r.token_times[-1]
+        for r in records
+        if r.finish_time is not None or r.token_times
+    ]
     return start, max(ends, default=start)
 
 
@@ -189,8 +192,14 @@ def compute_metrics(
         return x / duration if duration > 0 else 0.0
 
     pcts = tuple(percentiles)
-    lists = {"ttft": ttfts, "tpot": tpots, "itl": itls, "e2el": e2els, "queue_time": queue_times,
-             "remote_kv_wait": kv_waits}
+    lists = {
+        "ttft": ttfts,
+        "tpot": tpots,
+        "itl": itls,
+        "e2el": e2els,
+        "queue_time": queue_times,
+        "remote_kv_wait": kv_waits,
+    }
     completed = len(ok)
     return ServeMetrics(
         num_requests=len(records),

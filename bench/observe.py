@@ -62,8 +62,7 @@ class NodeObserver:
             self._buffer = _BufferHandler()
             log.addHandler(self._buffer)
         self.stat_logger = (
-            PeriodicStatLogger(engine_index=engine_index, interval=log_interval, node_name=node_name,
-                               log=log)
+            PeriodicStatLogger(engine_index=engine_index, interval=log_interval, node_name=node_name, log=log)
             if log_interval
             else None
         )
@@ -167,6 +166,7 @@ class LiveObserver:
 
 # ---- the Ray runtime ---------------------------------------------------------------------
 
+
 def start_node_observer(
     node_name: str,
     index: int,
@@ -179,15 +179,18 @@ def start_node_observer(
     """Runs inside a Ray node actor (`cluster.ray.observe.ObserverFactory`):
     node `index` serves on `host`:`metrics_port + index` (0 = ephemeral,
     None = no endpoint); its stats lines are buffered for the driver."""
-    node = NodeObserver(node_name, engine_index=index, log_interval=log_interval, model_name=model_name,
-                        buffer_lines=True)
+    node = NodeObserver(
+        node_name, engine_index=index, log_interval=log_interval, model_name=model_name, buffer_lines=True
+    )
     if metrics_port is not None:
         port = 0 if metrics_port == 0 else metrics_port + index
         try:
             node.start(port, host)
         except OSError as err:
-            raise OSError(f"{node_name}: cannot serve /metrics on {host}:{port} ({err}); "
-                          f"choose another --metrics-port, or 0 for ephemeral ports") from err
+            raise OSError(
+                f"{node_name}: cannot serve /metrics on {host}:{port} ({err}); "
+                f"choose another --metrics-port, or 0 for ephemeral ports"
+            ) from err
     return node
 
 
@@ -211,8 +214,9 @@ class RayLiveObserver:
             raise ValueError(f"log_interval={log_interval} is invalid; allowed: seconds > 0, or None")
         if hold_s < 0:
             raise ValueError(f"hold_s={hold_s} is invalid; allowed: seconds >= 0")
-        self.factory = functools.partial(start_node_observer, metrics_port=metrics_port, log_interval=log_interval,
-                                         model_name=model_name)
+        self.factory = functools.partial(
+            start_node_observer, metrics_port=metrics_port, log_interval=log_interval, model_name=model_name
+        )
         self.hold_s = hold_s
         self.announce = announce
         self.urls: dict[str, str] = {}

@@ -67,14 +67,33 @@ def plot_step_timeseries(steps_by_variant: Mapping[str, Sequence[StepRecord]], o
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     return [
-        _series_plot(steps_by_variant, out / "kv_usage.png", "KV cache usage", "fraction of blocks in use",
-                     [("", lambda s: s.kv_usage, "-")]),
-        _series_plot(steps_by_variant, out / "running_waiting.png", "Running and waiting requests", "requests",
-                     [("running", lambda s: s.num_running, "-"),
-                      ("waiting", lambda s: s.num_waiting + s.num_waiting_for_remote_kvs, "--")]),
-        _series_plot(steps_by_variant, out / "preemptions.png", "Cumulative preemptions", "preemptions",
-                     [("all", lambda s: s.num_preemptions_total, "-"),
-                      ("zero-progress", lambda s: s.num_zero_progress_preemptions_total, ":")]),
+        _series_plot(
+            steps_by_variant,
+            out / "kv_usage.png",
+            "KV cache usage",
+            "fraction of blocks in use",
+            [("", lambda s: s.kv_usage, "-")],
+        ),
+        _series_plot(
+            steps_by_variant,
+            out / "running_waiting.png",
+            "Running and waiting requests",
+            "requests",
+            [
+                ("running", lambda s: s.num_running, "-"),
+                ("waiting", lambda s: s.num_waiting + s.num_waiting_for_remote_kvs, "--"),
+            ],
+        ),
+        _series_plot(
+            steps_by_variant,
+            out / "preemptions.png",
+            "Cumulative preemptions",
+            "preemptions",
+            [
+                ("all", lambda s: s.num_preemptions_total, "-"),
+                ("zero-progress", lambda s: s.num_zero_progress_preemptions_total, ":"),
+            ],
+        ),
     ]
 
 

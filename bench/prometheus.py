@@ -22,12 +22,74 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from engine.records import RequestRecord, StepRecord
 
 # vLLM 0.33 vllm/v1/metrics/buckets.py
-REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-                           120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
-TIME_TO_FIRST_TOKEN_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                               7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-INTER_TOKEN_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-                               10.0, 20.0, 40.0, 80.0)
+REQUEST_LATENCY_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
+TIME_TO_FIRST_TOKEN_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+INTER_TOKEN_LATENCY_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
 
 # Counter keys a node reports (see engine counters) -> our counter attribute.
 _COUNTER_FOR_KEY = {
@@ -68,32 +130,52 @@ class NodeMetricsExporter:
         self.cpu_cache_usage_perc = gauge("vllm:cpu_cache_usage_perc", "CPU KV-cache usage (v0). 1 means 100 percent.")
         # prometheus_client appends _total: exposed as vllm:num_preemptions_total, as in vLLM.
         self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
-        self.ttft = histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                              TIME_TO_FIRST_TOKEN_BUCKETS)
-        self.itl = histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                             INTER_TOKEN_LATENCY_BUCKETS)
-        self.tpot = histogram("vllm:request_time_per_output_token_seconds",
-                              "Histogram of time_per_output_token_seconds per request.", INTER_TOKEN_LATENCY_BUCKETS)
-        self.e2e = histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-                             REQUEST_LATENCY_BUCKETS)
-        self.queue_time = histogram("vllm:request_queue_time_seconds",
-                                    "Histogram of time spent in WAITING phase for request.", REQUEST_LATENCY_BUCKETS)
+        self.ttft = histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            TIME_TO_FIRST_TOKEN_BUCKETS,
+        )
+        self.itl = histogram(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            INTER_TOKEN_LATENCY_BUCKETS,
+        )
+        self.tpot = histogram(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            INTER_TOKEN_LATENCY_BUCKETS,
+        )
+        self.e2e = histogram(
+            "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", REQUEST_LATENCY_BUCKETS
+        )
+        self.queue_time = histogram(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
 
         self.zero_progress_preemptions = counter(
             "disagg_sim:num_zero_progress_preemptions",
-            "Preemptions whose victim freed no blocks because a fenced step still held them.")
-        self.allocate_slots_calls = counter("disagg_sim:num_allocate_slots_calls",
-                                            "Calls to KVCacheManager.allocate_slots().")
-        self.blocks_freed_by_drain = counter("disagg_sim:num_blocks_freed_by_drain",
-                                             "Blocks released from deferred_frees when a fenced step finished.")
-        self.kv_corruptions = counter("disagg_sim:kv_corruptions_detected",
-                                      "Writes by an in-flight step onto blocks owned by another request.")
-        self.deferred_free_blocks = gauge("disagg_sim:deferred_free_blocks",
-                                          "Blocks waiting in deferred_frees for an in-flight step.")
-        self.deferred_free_blocks_peak = gauge("disagg_sim:deferred_free_blocks_peak",
-                                               "Largest deferred_frees size seen.")
-        self.num_requests_waiting_for_remote_kvs = gauge("disagg_sim:num_requests_waiting_for_remote_kvs",
-                                                         "Requests in WAITING_FOR_REMOTE_KVS.")
+            "Preemptions whose victim freed no blocks because a fenced step still held them.",
+        )
+        self.allocate_slots_calls = counter(
+            "disagg_sim:num_allocate_slots_calls", "Calls to KVCacheManager.allocate_slots()."
+        )
+        self.blocks_freed_by_drain = counter(
+            "disagg_sim:num_blocks_freed_by_drain", "Blocks released from deferred_frees when a fenced step finished."
+        )
+        self.kv_corruptions = counter(
+            "disagg_sim:kv_corruptions_detected", "Writes by an in-flight step onto blocks owned by another request."
+        )
+        self.deferred_free_blocks = gauge(
+            "disagg_sim:deferred_free_blocks", "Blocks waiting in deferred_frees for an in-flight step."
+        )
+        self.deferred_free_blocks_peak = gauge(
+            "disagg_sim:deferred_free_blocks_peak", "Largest deferred_frees size seen."
+        )
+        self.num_requests_waiting_for_remote_kvs = gauge(
+            "disagg_sim:num_requests_waiting_for_remote_kvs", "Requests in WAITING_FOR_REMOTE_KVS."
+        )
         self.batches_in_flight = gauge("disagg_sim:batches_in_flight", "Scheduled batches not yet processed.")
 
     # ---- feeding -----------------------------------------------------------------------------
@@ -133,10 +215,12 @@ class NodeMetricsExporter:
             num_deferred_blocks=step.num_deferred_blocks,
             batches_in_flight=step.batches_in_flight,
         )
-        self.sync_counters({
-            "num_preemptions": step.num_preemptions_total,
-            "num_zero_progress_preemptions": step.num_zero_progress_preemptions_total,
-        })
+        self.sync_counters(
+            {
+                "num_preemptions": step.num_preemptions_total,
+                "num_zero_progress_preemptions": step.num_zero_progress_preemptions_total,
+            }
+        )
 
     def observe_request(self, rec: RequestRecord) -> None:
         """Histograms for a finished request (vLLM observes latencies at finish, too)."""

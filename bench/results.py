@@ -172,8 +172,9 @@ def write_step_trace(path: str | Path, steps: Iterable[StepRecord]) -> None:
 def read_step_trace(path: str | Path) -> list[StepRecord]:
     path = Path(path)
     fields = {f.name: f for f in dataclasses.fields(StepRecord)}
-    required = [n for n, f in fields.items()
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    required = [
+        n for n, f in fields.items() if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     steps: list[StepRecord] = []
     with path.open() as fh:
         for lineno, line in enumerate(fh, start=1):

@@ -46,8 +46,15 @@ class ScenarioOutcome:
         return 1 if any(not o.passed for o in self.threshold_outcomes) else 0
 
 
-def run_one(scenario: Scenario, variant: str, repeat: int, runtime: str, ray_handle=None,
-            debug_invariants: bool = False, observer=None) -> RunResult:
+def run_one(
+    scenario: Scenario,
+    variant: str,
+    repeat: int,
+    runtime: str,
+    ray_handle=None,
+    debug_invariants: bool = False,
+    observer=None,
+) -> RunResult:
     spec = scenario.cluster(variant)
     seed = scenario.file.seed + repeat
     workload, max_concurrency = scenario.workload(variant, seed)
@@ -62,12 +69,20 @@ def run_one(scenario: Scenario, variant: str, repeat: int, runtime: str, ray_han
         return cluster.run()
     from cluster.ray.runtime import run_ray
 
-    return run_ray(spec, workload, seed=seed, max_concurrency=max_concurrency, handle=ray_handle, faults=faults,
-                   **(observer.run_ray_kwargs() if observer is not None else {}))
+    return run_ray(
+        spec,
+        workload,
+        seed=seed,
+        max_concurrency=max_concurrency,
+        handle=ray_handle,
+        faults=faults,
+        **(observer.run_ray_kwargs() if observer is not None else {}),
+    )
 
 
-def _observer_for(scenario: Scenario, variant: str, runtime: str, metrics_port, log_interval, console,
-                  hold_metrics: float = 0.0):
+def _observer_for(
+    scenario: Scenario, variant: str, runtime: str, metrics_port, log_interval, console, hold_metrics: float = 0.0
+):
     if metrics_port is None and not log_interval:
         return None
     if runtime == "ray":
@@ -75,8 +90,9 @@ def _observer_for(scenario: Scenario, variant: str, runtime: str, metrics_port, 
 
         # Each node actor serves its own /metrics; the URLs are printed when
         # the actors are up, and the hold happens inside the run.
-        return RayLiveObserver(metrics_port=metrics_port, log_interval=log_interval, hold_s=hold_metrics,
-                               announce=console.print)
+        return RayLiveObserver(
+            metrics_port=metrics_port, log_interval=log_interval, hold_s=hold_metrics, announce=console.print
+        )
     from .observe import LiveObserver
 
     names = [spec.name for _, spec, _ in scenario.cluster(variant).node_specs()]
@@ -115,23 +131,30 @@ def run_scenario(
     handle = ray_ctx.__enter__() if ray_ctx is not None else None
     try:
         with Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
-            TimeElapsedColumn(), console=console, transient=False,
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} runs"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
         ) as bar:
             task = bar.add_task(f"{scenario.name} on {runtime}", total=total)
             for variant in scenario.variant_names:
                 for repeat in range(scenario.file.repeats):
                     bar.update(task, description=f"{scenario.name}: {variant} r{repeat}")
                     t0 = time.monotonic()
-                    observer = _observer_for(scenario, variant, runtime, metrics_port, log_interval, console,
-                                             hold_metrics)
+                    observer = _observer_for(
+                        scenario, variant, runtime, metrics_port, log_interval, console, hold_metrics
+                    )
                     try:
                         run = run_one(scenario, variant, repeat, runtime, handle, debug_invariants, observer)
                         wall = time.monotonic() - t0 - (observer.held_s if observer is not None else 0.0)
                         if observer is not None:
                             observer.sync_counters(run.node_counters)
                             if hold_metrics > 0 and runtime == "inproc":  # Ray held inside run_ray
-                                console.print(f"serving /metrics for {hold_metrics:g}s: " + ", ".join(observer.urls.values()))
+                                console.print(
+                                    f"serving /metrics for {hold_metrics:g}s: " + ", ".join(observer.urls.values())
+                                )
                                 time.sleep(hold_metrics)
                     finally:
                         if observer is not None:
@@ -151,8 +174,13 @@ def run_scenario(
                         percentiles=report.percentiles,
                         duration=run.duration,
                         include_requests=report.include_requests,
-                        extra={"runtime": runtime, "wall_seconds": wall, "invariant_errors": run.invariant_errors[:20],
-                               "violations": run.violations[:20], **run.extra},
+                        extra={
+                            "runtime": runtime,
+                            "wall_seconds": wall,
+                            "invariant_errors": run.invariant_errors[:20],
+                            "violations": run.violations[:20],
+                            **run.extra,
+                        },
                     )
                     if _has_v0_node(scenario.cluster(variant)) or _has_v0_node_anywhere(scenario):
                         result["v0_run_record"] = v0_run_record(result, scenario.cluster(variant), run)

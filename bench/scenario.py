@@ -97,7 +97,7 @@ class ScenarioFile(_Strict):
     faults: list[dict[str, Any]] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _one_workload_source(self) -> "ScenarioFile":
+    def _one_workload_source(self) -> ScenarioFile:
         if (self.workload is None) == (self.trace is None):
             raise ValueError("give exactly one of 'workload' (synthetic) or 'trace' (replay)")
         if self.variants is not None and self.matrix is not None:
@@ -191,7 +191,9 @@ class Scenario:
         if raw.get("workload") is None:
             return None
         try:
-            return parse_workload_spec(raw["workload"], where=f"scenario {self.source}, variant {variant.name!r}: workload")
+            return parse_workload_spec(
+                raw["workload"], where=f"scenario {self.source}, variant {variant.name!r}: workload"
+            )
         except WorkloadSpecError as exc:
             raise ScenarioError(str(exc)) from None
 
@@ -216,7 +218,7 @@ class Scenario:
     def variant_names(self) -> list[str]:
         return [v.name for v in self.variants]
 
-    def with_overrides(self, overrides: dict[str, Any]) -> "Scenario":
+    def with_overrides(self, overrides: dict[str, Any]) -> Scenario:
         raw = copy.deepcopy(self.raw)
         for key, value in overrides.items():
             set_dotted(raw, key, value, where="--set")
@@ -257,7 +259,9 @@ def load_scenario(path: str | Path) -> Scenario:
             p = builtin
         else:
             names = sorted(x.stem for x in BUILTIN_DIR.glob("*.yaml"))
-            raise ScenarioError(f"scenario {str(path)!r} not found: not a file, and not a built-in ({', '.join(names)})")
+            raise ScenarioError(
+                f"scenario {str(path)!r} not found: not a file, and not a built-in ({', '.join(names)})"
+            )
     try:
         raw = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:

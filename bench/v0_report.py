@@ -29,8 +29,15 @@ from cluster.spec import ClusterSpec
 from engine.records import StepRecord
 from engine.v0.starvation import StarvationCounters, diagnose
 
-_CONFIG_KEYS = {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "num_gpu_blocks",
-                "num_cpu_blocks", "num_prompts"}
+_CONFIG_KEYS = {
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "block_size",
+    "num_gpu_blocks",
+    "num_cpu_blocks",
+    "num_prompts",
+}
 
 NEVER_DRAINS_SHARE = 0.5
 DRAINS_SHARE = 0.25
@@ -133,32 +140,38 @@ def v0_run_record(result: Mapping[str, Any], spec: ClusterSpec, run=None) -> dic
         rec["prompt_len_max"] = max(prompts)
     duration = float(result.get("duration") or 0.0)
     steps_n = result.get("v0_num_steps", 0)
-    rec.update({
-        "duration_s": duration,
-        "num_waiting_mean": result.get("mean_num_waiting"),
-        "num_waiting_max": result.get("max_num_waiting"),
-        "num_waiting_final": result.get("v0_num_waiting_final"),
-        "num_running_mean": result.get("mean_num_running"),
-        "num_running_max": result.get("max_num_running"),
-        "num_swapped_mean": _mean(result.get("v0_swapped_request_steps", 0), steps_n) if v0 else None,
-        "num_swapped_max": result.get("v0_num_swapped_peak") if v0 else None,
-        "gpu_cache_usage_mean": result.get("mean_kv_usage"),
-        "gpu_cache_usage_max": result.get("max_kv_usage"),
-        "cpu_cache_usage_mean": (_mean(result.get("v0_cpu_blocks_used_steps", 0), steps_n * e.num_cpu_blocks)
-                                 if v0 and e.num_cpu_blocks else None),
-        "cpu_cache_usage_max": (_mean(result.get("v0_cpu_blocks_used_peak", 0), e.num_cpu_blocks)
-                                if v0 and e.num_cpu_blocks else None),
-        "num_preemptions": result.get("num_preemptions"),
-        "num_preemptions_recompute": result.get("num_preemptions_recompute"),
-        "num_preemptions_swap": result.get("num_preemptions_swap"),
-        "num_ignored_prompts": result.get("num_ignored_prompts"),
-        "ttft_p99_ms": result.get("p99_ttft_ms"),
-        "ttft_mean_ms": result.get("mean_ttft_ms"),
-        "tpot_p99_ms": result.get("p99_tpot_ms"),
-        "tpot_mean_ms": result.get("mean_tpot_ms"),
-        "completed": result.get("completed"),
-        "failed": result.get("failed"),
-    })
+    rec.update(
+        {
+            "duration_s": duration,
+            "num_waiting_mean": result.get("mean_num_waiting"),
+            "num_waiting_max": result.get("max_num_waiting"),
+            "num_waiting_final": result.get("v0_num_waiting_final"),
+            "num_running_mean": result.get("mean_num_running"),
+            "num_running_max": result.get("max_num_running"),
+            "num_swapped_mean": _mean(result.get("v0_swapped_request_steps", 0), steps_n) if v0 else None,
+            "num_swapped_max": result.get("v0_num_swapped_peak") if v0 else None,
+            "gpu_cache_usage_mean": result.get("mean_kv_usage"),
+            "gpu_cache_usage_max": result.get("max_kv_usage"),
+            "cpu_cache_usage_mean": (
+                _mean(result.get("v0_cpu_blocks_used_steps", 0), steps_n * e.num_cpu_blocks)
+                if v0 and e.num_cpu_blocks
+                else None
+            ),
+            "cpu_cache_usage_max": (
+                _mean(result.get("v0_cpu_blocks_used_peak", 0), e.num_cpu_blocks) if v0 and e.num_cpu_blocks else None
+            ),
+            "num_preemptions": result.get("num_preemptions"),
+            "num_preemptions_recompute": result.get("num_preemptions_recompute"),
+            "num_preemptions_swap": result.get("num_preemptions_swap"),
+            "num_ignored_prompts": result.get("num_ignored_prompts"),
+            "ttft_p99_ms": result.get("p99_ttft_ms"),
+            "ttft_mean_ms": result.get("mean_ttft_ms"),
+            "tpot_p99_ms": result.get("p99_tpot_ms"),
+            "tpot_mean_ms": result.get("mean_tpot_ms"),
+            "completed": result.get("completed"),
+            "failed": result.get("failed"),
+        }
+    )
     if run is not None:
         longest = longest_nonempty_waiting(run.steps)
     elif "v0_waiting_nonempty_ms_peak" in result:
@@ -182,8 +195,11 @@ def diagnosis(result: Mapping[str, Any]) -> dict | None:
     return {
         "dominant_path": path,
         "explanation": explanation,
-        "scores": {"head-of-line": c.head_of_line_bypassable, "preempt-reinsert": c.recompute_overtaken,
-                   "swap-priority": c.swap_priority_bypassable},
+        "scores": {
+            "head-of-line": c.head_of_line_bypassable,
+            "preempt-reinsert": c.recompute_overtaken,
+            "swap-priority": c.swap_priority_bypassable,
+        },
         "head_of_line_by_kv_allocation": c.head_of_line_alloc_later,
         "head_of_line_by_budget": c.head_of_line_budget,
     }
@@ -228,12 +244,18 @@ def _cells(recs: list[dict], diag: dict | None) -> dict[str, str]:
         "waiting": f"{_f(a('num_waiting_mean'))} / {_f(a('num_waiting_max'), '.0f')}",
         "running": f"{_f(a('num_running_mean'))} / {_f(a('num_running_max'), '.0f')}",
         "swapped": f"{_f(a('num_swapped_mean'), '.2f')} / {_f(a('num_swapped_max'), '.0f')}",
-        "gpu_usage": f"{_f(a('gpu_cache_usage_mean'), '.0f', 100, '%')} / {_f(a('gpu_cache_usage_max'), '.0f', 100, '%')}",
-        "cpu_usage": f"{_f(a('cpu_cache_usage_mean'), '.1f', 100, '%')} / {_f(a('cpu_cache_usage_max'), '.1f', 100, '%')}",
-        "waiting_nonempty": (f"{_f(a('waiting_nonempty_longest_s'), unit=' s')} "
-                             f"({_f(a('waiting_nonempty_share'), '.0f', 100, '%')} of the run)"),
-        "preemptions": (f"{_f(a('num_preemptions'), '.0f')} ({_f(a('num_preemptions_recompute'), '.0f')} / "
-                        f"{_f(a('num_preemptions_swap'), '.0f')})"),
+        "gpu_usage": f"{_f(a('gpu_cache_usage_mean'), '.0f', 100, '%')} / "
+        f"{_f(a('gpu_cache_usage_max'), '.0f', 100, '%')}",
+        "cpu_usage": f"{_f(a('cpu_cache_usage_mean'), '.1f', 100, '%')} / "
+        f"{_f(a('cpu_cache_usage_max'), '.1f', 100, '%')}",
+        "waiting_nonempty": (
+            f"{_f(a('waiting_nonempty_longest_s'), unit=' s')} "
+            f"({_f(a('waiting_nonempty_share'), '.0f', 100, '%')} of the run)"
+        ),
+        "preemptions": (
+            f"{_f(a('num_preemptions'), '.0f')} ({_f(a('num_preemptions_recompute'), '.0f')} / "
+            f"{_f(a('num_preemptions_swap'), '.0f')})"
+        ),
         "num_ignored_prompts": _f(a("num_ignored_prompts"), ".0f"),
         "ttft": f"{_f(a('ttft_p99_ms'), '.2f', 1e-3)} / {_f(a('ttft_mean_ms'), '.2f', 1e-3)}",
         "tpot": f"{_f(a('tpot_p99_ms'))} / {_f(a('tpot_mean_ms'))}",
@@ -260,8 +282,11 @@ def v0_report(results: Sequence[dict], runs: Mapping[tuple[str, int], Any], scen
         spec = scenario.cluster(variant)
         recs = [v0_run_record(r, spec, runs.get((variant, r["repeat"]))) for r in rs]
         diag = diagnosis(_merged_counters(rs)) if recs[0]["engine"] == "v0" else None
-        data["variants"][variant] = {"run_record": recs[0] if len(recs) == 1 else _mean_record(recs),
-                                     "diagnosis": diag, "runs": recs}
+        data["variants"][variant] = {
+            "run_record": recs[0] if len(recs) == 1 else _mean_record(recs),
+            "diagnosis": diag,
+            "runs": recs,
+        }
         table.add_column(escape(variant), justify="right")
         columns.append(_cells(recs, diag))
     for label, key, _ in _ROWS:
@@ -273,8 +298,10 @@ def v0_report(results: Sequence[dict], runs: Mapping[tuple[str, int], Any], scen
             lines.append(f"[bold]{escape(variant)}[/]: {escape(d['explanation'])}")
     drained = [v for v, e in data["variants"].items() if e["run_record"].get("queue_verdict") == "drains"]
     starved = [v for v, e in data["variants"].items() if e["run_record"].get("queue_verdict") == "never drains"]
-    lines.append(f"waiting queue drains in: {escape(', '.join(drained) or 'none')}; "
-                 f"never drains in: {escape(', '.join(starved) or 'none')}")
+    lines.append(
+        f"waiting queue drains in: {escape(', '.join(drained) or 'none')}; "
+        f"never drains in: {escape(', '.join(starved) or 'none')}"
+    )
     return Group(*lines), data
 
 

@@ -14,7 +14,7 @@ import os
 import platform
 import resource
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.workloads import generate_workload, parse_workload_spec
@@ -85,19 +85,22 @@ def main() -> None:
     rows = [measure_in_child(args.requests, shadow=False), measure_in_child(args.requests, shadow=True)]
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     lines = [
-        f"### {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC — {args.requests} requests, 2 prefill + 2 decode nodes",
+        f"### {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — {args.requests} requests, 2 prefill + 2 decode nodes",
         "",
-        f"Machine: {platform.machine()}, Python {platform.python_version()}; ShareGPT-like lengths, Poisson 40 req/s, synthetic-8b cost model.",
+        f"Machine: {platform.machine()}, Python {platform.python_version()}; ShareGPT-like lengths, "
+        "Poisson 40 req/s, synthetic-8b cost model.",
         "",
         f"Load average at the end: {load} (2 cores, shared).",
         "",
-        "| shadow KV | wall s | simulated s | decode tokens | decode tok / wall s | req / wall s | events | peak RSS MB |",
+        "| shadow KV | wall s | simulated s | decode tokens | decode tok / wall s | req / wall s | events "
+        "| peak RSS MB |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {'on' if r['shadow_kv'] else 'off'} | {r['wall_s']:.1f} | {r['simulated_s']:.1f} | {r['decode_tokens']} | "
-            f"{r['decode_tokens_per_wall_s']:.0f} | {r['requests_per_wall_s']:.0f} | {r['events']} | {r['max_rss_MB']:.0f} |"
+            f"| {'on' if r['shadow_kv'] else 'off'} | {r['wall_s']:.1f} | {r['simulated_s']:.1f} | "
+            f"{r['decode_tokens']} | {r['decode_tokens_per_wall_s']:.0f} | {r['requests_per_wall_s']:.0f} | "
+            f"{r['events']} | {r['max_rss_MB']:.0f} |"
         )
     lines.append("")
     text = "\n".join(lines)

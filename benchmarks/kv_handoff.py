@@ -26,7 +26,7 @@ import os
 import platform
 import statistics
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
@@ -45,8 +45,7 @@ REQUEST_ID = "bench-req"
 
 def make_blocks(num_blocks: int) -> dict[int, bytes]:
     return {
-        i: block_payload(REQUEST_ID, i, TOKENS_PER_BLOCK, LLAMA3_8B_FP16_BYTES_PER_TOKEN)
-        for i in range(num_blocks)
+        i: block_payload(REQUEST_ID, i, TOKENS_PER_BLOCK, LLAMA3_8B_FP16_BYTES_PER_TOKEN) for i in range(num_blocks)
     }
 
 
@@ -177,7 +176,7 @@ def format_report(figures: dict) -> str:
     verdict = "meets" if figures["ratio"] >= 0.5 else "MISSES"
     return "\n".join(
         [
-            f"### {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC — "
+            f"### {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — "
             f"{figures['bytes_per_pull'] / 1e6:.1f} MB per pull, median of {figures['repeats']}",
             "",
             f"Machine: {platform.machine()}, {mp.cpu_count()} CPUs, Python {platform.python_version()}, "
@@ -221,7 +220,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-record", action="store_true", help=f"do not append to {RESULTS.name}")
     parser.add_argument(
-        "--no-malloc-tuning", action="store_true",
+        "--no-malloc-tuning",
+        action="store_true",
         help="leave glibc's mmap/trim thresholds alone (see tune_malloc_for_bulk_transfer)",
     )
     args = parser.parse_args()

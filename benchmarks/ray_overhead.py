@@ -36,7 +36,7 @@ import logging
 import os
 import platform
 import statistics
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from cluster.inproc import run_inproc
@@ -53,12 +53,17 @@ CONFIGS = [(1, False), (2, False), (1, True), (2, True)]
 
 
 def make_spec(pp: int, async_scheduling: bool, time_scale: float) -> ClusterSpec:
-    return ClusterSpec.model_validate({
-        "prefill": {"count": 0},
-        "decode": {"count": 1, "pp_size": pp,
-                   "engine": {"num_gpu_blocks": 4000, "async_scheduling": async_scheduling}},
-        "time_scale": time_scale,
-    })
+    return ClusterSpec.model_validate(
+        {
+            "prefill": {"count": 0},
+            "decode": {
+                "count": 1,
+                "pp_size": pp,
+                "engine": {"num_gpu_blocks": 4000, "async_scheduling": async_scheduling},
+            },
+            "time_scale": time_scale,
+        }
+    )
 
 
 def measure(handle, pp: int, async_scheduling: bool, batch: int, tokens: int, time_scale: float) -> dict:
@@ -104,21 +109,26 @@ def main() -> None:
     rows = []
     with RayClusterHandle() as handle:
         for pp, async_scheduling in CONFIGS:
-            runs = [measure(handle, pp, async_scheduling, args.batch, args.tokens, args.time_scale)
-                    for _ in range(args.repeats)]
+            runs = [
+                measure(handle, pp, async_scheduling, args.batch, args.tokens, args.time_scale)
+                for _ in range(args.repeats)
+            ]
             overhead = statistics.median(r["overhead_ms"] for r in runs)
             rows.append((pp, async_scheduling, runs, overhead))
-            print(f"pp={pp} async={async_scheduling}: overhead/decode step "
-                  f"{overhead:.2f} ms (runs: {_runs(runs)})", flush=True)
+            print(
+                f"pp={pp} async={async_scheduling}: overhead/decode step {overhead:.2f} ms (runs: {_runs(runs)})",
+                flush=True,
+            )
     load = os.getloadavg()[0]
     first = rows[0][2][0]
     lines = [
-        f"### {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC — {args.batch} requests x {args.tokens} tokens, "
+        f"### {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — {args.batch} requests x {args.tokens} tokens, "
         f"time_scale {args.time_scale}, median of {args.repeats}",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, load average "
         f"{load:.1f} at the end; local Ray cluster on 127.0.0.1; one decode node actor + pp_size stage actors "
-        f"+ proxy actor. Modelled decode step ≈ {first['model_span_s'] / first['all_steps'] * 1000 / args.time_scale:.1f} ms "
+        "+ proxy actor. Modelled decode step ≈ "
+        f"{first['model_span_s'] / first['all_steps'] * 1000 / args.time_scale:.1f} ms "
         f"(≈ {first['model_span_s'] / first['all_steps'] * 1000:.2f} ms wall after time_scale).",
         "",
         "| pp_size | scheduling (batches in flight) | decode steps | overhead / decode step (ms, median) | runs (ms) "
@@ -128,7 +138,8 @@ def main() -> None:
     for pp, async_scheduling, runs, overhead in rows:
         mark = "" if overhead <= TARGET_MS else " (over target)"
         lines.append(
-            f"| {pp} | {'async' if async_scheduling else 'sync'} ({pp + async_scheduling}) | {runs[0]['decode_steps']} | "
+            f"| {pp} | {'async' if async_scheduling else 'sync'} ({pp + async_scheduling}) | "
+            f"{runs[0]['decode_steps']} | "
             f"**{overhead:.2f}**{mark} | {_runs(runs)} | "
             f"{statistics.median(r['latency_overhead_ms'] for r in runs):.2f} | "
             f"{statistics.median(r['node_cpu_ms_per_step'] for r in runs):.2f} |"
@@ -140,7 +151,10 @@ def main() -> None:
         existing = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
         header = "## Ray control-plane overhead per decode step (benchmarks/ray_overhead.py)"
         if header not in existing:
-            existing = existing.rstrip("\n") + f"\n\n{header}\n\nTarget: <= {TARGET_MS:.0f} ms per decode step at pp_size 1 and 2.\n"
+            existing = (
+                existing.rstrip("\n")
+                + f"\n\n{header}\n\nTarget: <= {TARGET_MS:.0f} ms per decode step at pp_size 1 and 2.\n"
+            )
             RESULTS.write_text(existing + "\n" + text)
         else:
             # Append under our own section, before the next section if any.

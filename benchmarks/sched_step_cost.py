@@ -30,7 +30,7 @@ import platform
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 PROMPT_LEN = 32
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     calib_before = calibration_seconds()
     ours, vllm, source = measure(args.sizes, args.steps, args.repeat, not args.no_vllm)
     calib_after = calibration_seconds()
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     text = "\n".join(
         [
             "## v1 scheduler step cost (benchmarks/sched_step_cost.py)",

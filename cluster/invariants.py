@@ -23,7 +23,9 @@ def check_tokens(rec, token_at, eos_token_id: int, max_model_len: int | None = N
     capped = max_model_len is not None and rec.prompt_len + len(rec.output_token_ids) >= max_model_len
     ignored = not rec.output_token_ids
     if rec.finish_reason == "length" and len(rec.output_token_ids) != rec.max_tokens and not (capped or ignored):
-        errors.append(f"{rec.request_id}: finished by length with {len(rec.output_token_ids)} of {rec.max_tokens} tokens")
+        errors.append(
+            f"{rec.request_id}: finished by length with {len(rec.output_token_ids)} of {rec.max_tokens} tokens"
+        )
     if rec.finish_reason == "stop" and (not rec.output_token_ids or rec.output_token_ids[-1] != eos_token_id):
         errors.append(f"{rec.request_id}: finished by stop without a stop token last")
     return errors

@@ -39,7 +39,13 @@ def sum_counters(per_node) -> dict[str, int]:
 
 def kv_pull_summary(node_counters: dict[str, dict]) -> dict[str, int]:
     """The KV pulls of a run over all its consumers (both runtimes report these)."""
-    keys = {"started": "kv_pulls_started", "completed": "kv_pulls_completed", "failed": "kv_pulls_failed",
-            "attempts": "kv_pull_attempts", "retries": "transport_retries", "blocks": "kv_blocks_pulled",
-            "bytes": "kv_bytes_pulled"}
+    keys = {
+        "started": "kv_pulls_started",
+        "completed": "kv_pulls_completed",
+        "failed": "kv_pulls_failed",
+        "attempts": "kv_pull_attempts",
+        "retries": "transport_retries",
+        "blocks": "kv_blocks_pulled",
+        "bytes": "kv_bytes_pulled",
+    }
     return {k: sum(c.get(key, 0) for c in node_counters.values()) for k, key in keys.items()}

@@ -55,26 +55,36 @@ class EngineSettings(_Strict):
     preemption_mode: Literal["auto", "recompute", "swap"] = "auto"
 
     @model_validator(mode="after")
-    def _settings_of_the_chosen_engine(self) -> "EngineSettings":
+    def _settings_of_the_chosen_engine(self) -> EngineSettings:
         if self.engine == "v1":
             if self.num_cpu_blocks or self.preemption_mode != "auto":
-                raise ValueError(f"num_cpu_blocks={self.num_cpu_blocks} / preemption_mode={self.preemption_mode!r} "
-                                 "are v0 settings; allowed with engine v1: 0 / 'auto'")
+                raise ValueError(
+                    f"num_cpu_blocks={self.num_cpu_blocks} / preemption_mode={self.preemption_mode!r} "
+                    "are v0 settings; allowed with engine v1: 0 / 'auto'"
+                )
             return self
         for name, unused in V1_ONLY_SETTINGS.items():
             if getattr(self, name) != unused:
-                raise ValueError(f"{name}={getattr(self, name)!r} is a v1 setting; allowed with engine v0: "
-                                 f"{unused!r} (vLLM 0.5.3's v0 scheduler has no such option)")
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is a v1 setting; allowed with engine v0: "
+                    f"{unused!r} (vLLM 0.5.3's v0 scheduler has no such option)"
+                )
         if self.preemption_mode == "swap" and self.num_cpu_blocks == 0:
-            raise ValueError("preemption_mode='swap' with num_cpu_blocks=0 is invalid: the first preemption would "
-                             "abort the engine (vLLM: 'lack of CPU swap space'); allowed: num_cpu_blocks >= 1")
+            raise ValueError(
+                "preemption_mode='swap' with num_cpu_blocks=0 is invalid: the first preemption would "
+                "abort the engine (vLLM: 'lack of CPU swap space'); allowed: num_cpu_blocks >= 1"
+            )
         self.v0_scheduler_config()  # vLLM 0.5.3's own rules, e.g. the token budget vs max_model_len
         return self
 
     def v0_scheduler_config(self) -> V0SchedulerConfig:
-        return V0SchedulerConfig(max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs,
-                                 max_model_len=self.max_model_len, enable_chunked_prefill=self.enable_chunked_prefill,
-                                 preemption_mode=self.v0_preemption_mode)
+        return V0SchedulerConfig(
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+            max_model_len=self.max_model_len,
+            enable_chunked_prefill=self.enable_chunked_prefill,
+            preemption_mode=self.v0_preemption_mode,
+        )
 
     @property
     def v0_preemption_mode(self) -> str | None:
@@ -172,19 +182,25 @@ class ClusterSpec(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _v0_nodes_are_aggregated(self) -> "ClusterSpec":
+    def _v0_nodes_are_aggregated(self) -> ClusterSpec:
         for role, group in (("prefill", self.prefill), ("decode", self.decode)):
             if group.count and group.engine.engine == "v0":
                 if self.disaggregated:
-                    raise ValueError(f"{role}.engine.engine='v0' is invalid in a disaggregated topology (prefill.count="
-                                     f"{self.prefill.count}); allowed: engine v0 with prefill.count 0 (v0 nodes "
-                                     "serve whole requests, without a KV connector)")
+                    raise ValueError(
+                        f"{role}.engine.engine='v0' is invalid in a disaggregated topology (prefill.count="
+                        f"{self.prefill.count}); allowed: engine v0 with prefill.count 0 (v0 nodes "
+                        "serve whole requests, without a KV connector)"
+                    )
                 if group.pp_size != 1:
-                    raise ValueError(f"{role}.pp_size={group.pp_size} is invalid with engine v0; allowed: 1 (the v0 "
-                                     "engine runs one step at a time)")
+                    raise ValueError(
+                        f"{role}.pp_size={group.pp_size} is invalid with engine v0; allowed: 1 (the v0 "
+                        "engine runs one step at a time)"
+                    )
         if self.kv_pull_backoff_max_s < self.kv_pull_backoff_initial_s:
-            raise ValueError(f"kv_pull_backoff_max_s={self.kv_pull_backoff_max_s} is invalid; allowed: >= "
-                             f"kv_pull_backoff_initial_s ({self.kv_pull_backoff_initial_s})")
+            raise ValueError(
+                f"kv_pull_backoff_max_s={self.kv_pull_backoff_max_s} is invalid; allowed: >= "
+                f"kv_pull_backoff_initial_s ({self.kv_pull_backoff_initial_s})"
+            )
         return self
 
     @property

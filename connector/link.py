@@ -61,23 +61,18 @@ def _require_finite_at_least_zero(field_name: str, value: Any) -> float:
 
 def _normalise_outages(value: Any) -> tuple[tuple[float, float], ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise ValueError(
-            f"LinkSpec.outages must be a list of (start_s, end_s) windows, got {value!r}"
-        )
+        raise ValueError(f"LinkSpec.outages must be a list of (start_s, end_s) windows, got {value!r}")
     windows = []
     for i, window in enumerate(value):
         try:
             start, end = window
         except (TypeError, ValueError):
-            raise ValueError(
-                f"LinkSpec.outages[{i}] must be a (start_s, end_s) pair, got {window!r}"
-            ) from None
+            raise ValueError(f"LinkSpec.outages[{i}] must be a (start_s, end_s) pair, got {window!r}") from None
         start = _require_number(f"outages[{i}].start_s", start)
         end = _require_number(f"outages[{i}].end_s", end)
         if not (0 <= start < end) or math.isinf(start):
             raise ValueError(
-                f"LinkSpec.outages[{i}] must satisfy 0 <= start_s < end_s "
-                f"(end_s may be inf), got ({start!r}, {end!r})"
+                f"LinkSpec.outages[{i}] must satisfy 0 <= start_s < end_s (end_s may be inf), got ({start!r}, {end!r})"
             )
         windows.append((start, end))
     return tuple(windows)
@@ -113,8 +108,7 @@ class LinkSpec:
         set_(self, "jitter_ms", _require_finite_at_least_zero("jitter_ms", self.jitter_ms))
         if self.jitter_distribution not in _JITTER_DISTRIBUTIONS:
             raise ValueError(
-                f"LinkSpec.jitter_distribution must be one of {_JITTER_DISTRIBUTIONS}, "
-                f"got {self.jitter_distribution!r}"
+                f"LinkSpec.jitter_distribution must be one of {_JITTER_DISTRIBUTIONS}, got {self.jitter_distribution!r}"
             )
         if self.bandwidth_MBps is not None:
             bandwidth = _require_number("bandwidth_MBps", self.bandwidth_MBps)
@@ -131,7 +125,7 @@ class LinkSpec:
         set_(self, "outages", _normalise_outages(self.outages))
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "LinkSpec":
+    def from_dict(cls, data: Mapping[str, Any]) -> LinkSpec:
         """Build from a scenario-file mapping; unknown keys are an error."""
         allowed = [f.name for f in fields(cls)]
         unknown = sorted(set(data) - set(allowed))
@@ -160,9 +154,7 @@ class DelayLine:
     def __init__(self, spec: LinkSpec, rng: random.Random) -> None:
         self.spec = spec
         self._rng = rng
-        self._bytes_per_s = (
-            None if spec.bandwidth_MBps is None else spec.bandwidth_MBps * BYTES_PER_MB
-        )
+        self._bytes_per_s = None if spec.bandwidth_MBps is None else spec.bandwidth_MBps * BYTES_PER_MB
         self._wire_free = -math.inf
         self._last_arrival = -math.inf
         self.sent = 0
@@ -186,9 +178,7 @@ class DelayLine:
             self.lost += 1
             return None
         tx_start = max(self._wire_free, now)
-        self._wire_free = (
-            tx_start if self._bytes_per_s is None else tx_start + nbytes / self._bytes_per_s
-        )
+        self._wire_free = tx_start if self._bytes_per_s is None else tx_start + nbytes / self._bytes_per_s
         arrival = max(self._wire_free + delay_s, self._last_arrival)
         self._last_arrival = arrival
         self.delivered_bytes += nbytes
@@ -218,25 +208,19 @@ class Link:
         if not isinstance(spec, LinkSpec):
             raise ValueError(f"Link: spec must be a LinkSpec, got {type(spec).__name__}")
         if reverse_spec is not None and not isinstance(reverse_spec, LinkSpec):
-            raise ValueError(
-                f"Link: reverse_spec must be a LinkSpec or None, got {type(reverse_spec).__name__}"
-            )
+            raise ValueError(f"Link: reverse_spec must be a LinkSpec or None, got {type(reverse_spec).__name__}")
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"Link: seed must be an int, got {seed!r}")
         self.seed = seed
         # String seeds go through SHA-512 in `random`, so streams are stable
         # across processes (unlike hash()) and independent per direction.
         self.forward = DelayLine(spec, random.Random(f"disagg-link/{seed}/forward"))
-        self.reverse = DelayLine(
-            reverse_spec or spec, random.Random(f"disagg-link/{seed}/reverse")
-        )
+        self.reverse = DelayLine(reverse_spec or spec, random.Random(f"disagg-link/{seed}/reverse"))
 
     def line(self, direction: Direction | str) -> DelayLine:
         return self.forward if Direction(direction) is Direction.FORWARD else self.reverse
 
-    def transit(
-        self, now: float, nbytes: int, direction: Direction | str = Direction.FORWARD
-    ) -> float | None:
+    def transit(self, now: float, nbytes: int, direction: Direction | str = Direction.FORWARD) -> float | None:
         """Arrival time of `nbytes` sent at `now` in `direction`; None when lost."""
         return self.line(direction).transit(now, nbytes)
 

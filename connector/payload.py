@@ -38,9 +38,7 @@ def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_
 # num_key_value_heads=8 (GQA), head_dim = hidden_size 4096 / 32 heads = 128;
 # fp16 = 2 bytes. 2 * 32 * 8 * 128 * 2 = 131072 B = 128 KiB per token, so a
 # 16-token vLLM block is 2 MiB.
-LLAMA3_8B_FP16_BYTES_PER_TOKEN = kv_bytes_per_token(
-    num_layers=32, num_kv_heads=8, head_dim=128, dtype_bytes=2
-)
+LLAMA3_8B_FP16_BYTES_PER_TOKEN = kv_bytes_per_token(num_layers=32, num_kv_heads=8, head_dim=128, dtype_bytes=2)
 
 BYTES_PER_TOKEN_PRESETS: dict[str, int] = {
     "tiny": DEFAULT_BYTES_PER_TOKEN,
@@ -55,8 +53,7 @@ def resolve_bytes_per_token(value: int | str) -> int:
             return BYTES_PER_TOKEN_PRESETS[value]
         except KeyError:
             raise ValueError(
-                f"bytes_per_token: unknown preset {value!r}; "
-                f"allowed: {sorted(BYTES_PER_TOKEN_PRESETS)} or an int >= 1"
+                f"bytes_per_token: unknown preset {value!r}; allowed: {sorted(BYTES_PER_TOKEN_PRESETS)} or an int >= 1"
             ) from None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"bytes_per_token must be an int >= 1 or a preset name, got {value!r}")

@@ -31,7 +31,6 @@ from engine.kv_connector.pd_connector import RecvSpec
 
 from .transport import DoneReport, DoneReportResult, PullAttempt, PullAttemptResult, PullFailure
 
-
 # An attempt shorter than this is not made: the deadline counts as passed.
 # Timers on the wall clock can fire a hair early or late; without this slack
 # a retry due at the deadline could sneak in a last, microsecond-long attempt.

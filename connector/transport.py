@@ -162,9 +162,7 @@ class KVTransport(Protocol):
     virtual-clock one (`cluster.inproc.InProcKVTransport`).
     """
 
-    def pull(
-        self, attempt: PullAttempt, on_block: OnBlock, on_result: Callable[[PullAttemptResult], None]
-    ) -> None: ...
+    def pull(self, attempt: PullAttempt, on_block: OnBlock, on_result: Callable[[PullAttemptResult], None]) -> None: ...
 
     def report_done(self, report: DoneReport, on_result: Callable[[DoneReportResult], None]) -> None: ...
 

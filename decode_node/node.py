@@ -130,8 +130,11 @@ class DecodeNode(NodeRole):
         self.pulls_completed += 1
         self.core.write_pulled_blocks(spec.request_id, spec.local_block_ids, spec.num_tokens, self.clock.now())
         self._finish_load(spec, ok=True)
-        self._report(DoneSession(spec.remote_request_id, spec.remote_address, True, self.policy,
-                                 self.clock.now(), consumer_id=self.name))
+        self._report(
+            DoneSession(
+                spec.remote_request_id, spec.remote_address, True, self.policy, self.clock.now(), consumer_id=self.name
+            )
+        )
 
     def _pull_failed(self, session: PullSession, failed: Failed) -> None:
         spec = session.spec
@@ -139,8 +142,17 @@ class DecodeNode(NodeRole):
         logger.info("%s: pull of %s failed: %s (%s)", self.name, spec.request_id, failed.failure.value, failed.reason)
         self._count_failure(failed.failure.value)
         self._finish_load(spec, ok=False)
-        self._report(DoneSession(spec.remote_request_id, spec.remote_address, False, self.policy,
-                                 self.clock.now(), consumer_id=self.name, reason=failed.failure.value))
+        self._report(
+            DoneSession(
+                spec.remote_request_id,
+                spec.remote_address,
+                False,
+                self.policy,
+                self.clock.now(),
+                consumer_id=self.name,
+                reason=failed.failure.value,
+            )
+        )
 
     def _count_failure(self, reason: str) -> None:
         self.pulls_failed += 1

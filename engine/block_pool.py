@@ -10,7 +10,7 @@ order they were freed in; allocation pops from the front.
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class KVCacheBlock:

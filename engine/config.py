@@ -42,13 +42,30 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         _require(self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs, "an integer >= 1")
-        _require(self.max_num_batched_tokens >= 1, "max_num_batched_tokens", self.max_num_batched_tokens, "an integer >= 1")
+        _require(
+            self.max_num_batched_tokens >= 1, "max_num_batched_tokens", self.max_num_batched_tokens, "an integer >= 1"
+        )
         _require(self.max_model_len >= 1, "max_model_len", self.max_model_len, "an integer >= 1")
-        _require(self.long_prefill_token_threshold >= 0, "long_prefill_token_threshold", self.long_prefill_token_threshold, "an integer >= 0")
+        _require(
+            self.long_prefill_token_threshold >= 0,
+            "long_prefill_token_threshold",
+            self.long_prefill_token_threshold,
+            "an integer >= 0",
+        )
         _require(self.policy in ("fcfs", "priority"), "policy", self.policy, "'fcfs' or 'priority'")
         _require(0.0 <= self.watermark < 1.0, "watermark", self.watermark, "a fraction in [0, 1)")
-        _require(self.preemption_guard in ("fixed", "prefix"), "preemption_guard", self.preemption_guard, "'fixed' (PR #49675) or 'prefix' (pre-fix cascade)")
-        _require(self.defer_block_free in (None, True, False), "defer_block_free", self.defer_block_free, "null (auto gate), true or false")
+        _require(
+            self.preemption_guard in ("fixed", "prefix"),
+            "preemption_guard",
+            self.preemption_guard,
+            "'fixed' (PR #49675) or 'prefix' (pre-fix cascade)",
+        )
+        _require(
+            self.defer_block_free in (None, True, False),
+            "defer_block_free",
+            self.defer_block_free,
+            "null (auto gate), true or false",
+        )
 
 
 @dataclass
@@ -57,7 +74,12 @@ class CacheConfig:
     block_size: int = 16
 
     def __post_init__(self) -> None:
-        _require(self.num_gpu_blocks >= 2, "num_gpu_blocks", self.num_gpu_blocks, "an integer >= 2 (one block is the reserved null block)")
+        _require(
+            self.num_gpu_blocks >= 2,
+            "num_gpu_blocks",
+            self.num_gpu_blocks,
+            "an integer >= 2 (one block is the reserved null block)",
+        )
         _require(self.block_size >= 1, "block_size", self.block_size, "an integer >= 1")
 
 
@@ -66,7 +88,9 @@ class ParallelConfig:
     pipeline_parallel_size: int = 1
 
     def __post_init__(self) -> None:
-        _require(self.pipeline_parallel_size >= 1, "pipeline_parallel_size", self.pipeline_parallel_size, "an integer >= 1")
+        _require(
+            self.pipeline_parallel_size >= 1, "pipeline_parallel_size", self.pipeline_parallel_size, "an integer >= 1"
+        )
 
 
 @dataclass
@@ -77,8 +101,18 @@ class KVTransferConfig:
     engine_id: str = "engine-0"
 
     def __post_init__(self) -> None:
-        _require(self.kv_role in ("kv_producer", "kv_consumer", "kv_both"), "kv_role", self.kv_role, "'kv_producer', 'kv_consumer' or 'kv_both'")
-        _require(self.kv_load_failure_policy in ("fail", "recompute"), "kv_load_failure_policy", self.kv_load_failure_policy, "'fail' or 'recompute'")
+        _require(
+            self.kv_role in ("kv_producer", "kv_consumer", "kv_both"),
+            "kv_role",
+            self.kv_role,
+            "'kv_producer', 'kv_consumer' or 'kv_both'",
+        )
+        _require(
+            self.kv_load_failure_policy in ("fail", "recompute"),
+            "kv_load_failure_policy",
+            self.kv_load_failure_policy,
+            "'fail' or 'recompute'",
+        )
 
     @property
     def is_kv_producer(self) -> bool:

@@ -57,7 +57,7 @@ class CostModel:
         return ms / 1000.0
 
     @classmethod
-    def from_dict(cls, data: dict) -> "CostModel":
+    def from_dict(cls, data: dict) -> CostModel:
         allowed = {"name", "base_ms", "prefill_ms_per_token", "decode_ms_per_token", "context_ms_per_ktoken"}
         unknown = set(data) - allowed
         if unknown:
@@ -87,10 +87,14 @@ def get_cost_model(name_or_dict: str | dict | CostModel) -> CostModel:
     try:
         return COST_MODELS[name_or_dict]
     except KeyError:
-        raise ValueError(f"cost_model={name_or_dict!r} is unknown; allowed: {sorted(COST_MODELS)} or a dict of coefficients") from None
+        raise ValueError(
+            f"cost_model={name_or_dict!r} is unknown; allowed: {sorted(COST_MODELS)} or a dict of coefficients"
+        ) from None
 
 
-def shape_of(scheduler_output: SchedulerOutput, prompt_lens: dict[str, int], computed_before: dict[str, int]) -> StepShape:
+def shape_of(
+    scheduler_output: SchedulerOutput, prompt_lens: dict[str, int], computed_before: dict[str, int]
+) -> StepShape:
     prefill = decode = context = 0
     for req_id, n in scheduler_output.num_scheduled_tokens.items():
         start = computed_before[req_id]

@@ -15,7 +15,8 @@ N+1 is scheduled before step N's output is processed — which arms the fence.
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from .model_runner import SimModelRunner, StepPlan
 from .outputs import EngineCoreOutput, EngineCoreOutputs, ModelRunnerOutput, SchedulerOutput
@@ -31,8 +32,9 @@ class EngineScheduler(Protocol):
     def finish_requests(self, request_ids, finished_status: RequestStatus): ...
     def has_requests(self) -> bool: ...
     def schedule(self) -> SchedulerOutput: ...
-    def update_from_output(self, scheduler_output: SchedulerOutput,
-                           model_runner_output: ModelRunnerOutput) -> dict[int, EngineCoreOutputs]: ...
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> dict[int, EngineCoreOutputs]: ...
 
     # The time a step is scheduled at. v1 reads no clock; v0 orders `running`
     # by `now - arrival_time` and logs its periodic stats line on this clock.
@@ -114,9 +116,12 @@ class EngineCore:
         self.scheduler.advance_clock(now)
         so = self.scheduler.schedule()
         plan = self.runner.begin_step(so)
-        if so.total_num_scheduled_tokens == 0 and not self._carries_work(plan) and not any(
-            p.scheduler_output.total_num_scheduled_tokens for p in self.batch_queue
-        ) and not self.scheduler.step_needs_update(so):
+        if (
+            so.total_num_scheduled_tokens == 0
+            and not self._carries_work(plan)
+            and not any(p.scheduler_output.total_num_scheduled_tokens for p in self.batch_queue)
+            and not self.scheduler.step_needs_update(so)
+        ):
             return None
         self.batch_queue.append(plan)
         self.num_steps += 1
@@ -148,23 +153,23 @@ class EngineCore:
         num_running, num_waiting = s.get_request_counts()
         num_preemptions, num_zero_progress = s.get_preemption_totals()
         record = StepRecord(
-                node=self.name,
-                time=now,
-                step_index=so.step_index,
-                batch_size=plan.shape.batch_size,
-                num_scheduled_tokens=so.total_num_scheduled_tokens,
-                num_prefill_tokens=plan.shape.prefill_tokens,
-                num_decode_tokens=plan.shape.decode_tokens,
-                num_running=num_running,
-                num_waiting=num_waiting,
-                num_waiting_for_remote_kvs=s.num_waiting_for_remote_kvs(),
-                num_free_blocks=s.get_num_free_gpu_blocks(),
-                num_deferred_blocks=s.num_deferred_free_blocks(),
-                num_total_blocks=s.get_num_total_gpu_blocks(),
-                batches_in_flight=len(self.batch_queue),
-                num_preemptions_total=num_preemptions,
-                num_zero_progress_preemptions_total=num_zero_progress,
-            )
+            node=self.name,
+            time=now,
+            step_index=so.step_index,
+            batch_size=plan.shape.batch_size,
+            num_scheduled_tokens=so.total_num_scheduled_tokens,
+            num_prefill_tokens=plan.shape.prefill_tokens,
+            num_decode_tokens=plan.shape.decode_tokens,
+            num_running=num_running,
+            num_waiting=num_waiting,
+            num_waiting_for_remote_kvs=s.num_waiting_for_remote_kvs(),
+            num_free_blocks=s.get_num_free_gpu_blocks(),
+            num_deferred_blocks=s.num_deferred_free_blocks(),
+            num_total_blocks=s.get_num_total_gpu_blocks(),
+            batches_in_flight=len(self.batch_queue),
+            num_preemptions_total=num_preemptions,
+            num_zero_progress_preemptions_total=num_zero_progress,
+        )
         self.step_records.append(record)
         if self.on_step is not None:
             self.on_step(record)

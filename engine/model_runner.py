@@ -11,8 +11,8 @@ scheduler for them (`swaps`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .cost_model import StepShape
 from .kv_connector.pd_connector import RecvSpec
@@ -68,8 +68,12 @@ class _CpuShadow:
 
 
 class SimModelRunner:
-    def __init__(self, sampler: DeterministicSampler, shadow: ShadowKVStore | None = None,
-                 swaps: Callable[[SchedulerOutput], SwapMappings] | None = None) -> None:
+    def __init__(
+        self,
+        sampler: DeterministicSampler,
+        shadow: ShadowKVStore | None = None,
+        swaps: Callable[[SchedulerOutput], SwapMappings] | None = None,
+    ) -> None:
         self.sampler = sampler
         self.shadow = shadow
         self.requests: dict[str, _ReqState] = {}
@@ -82,6 +86,7 @@ class SimModelRunner:
         shadow = self.shadow
         swap_in: list[tuple[int, int]] = []
         if self.cpu_shadow is not None:
+            assert self.swaps is not None  # cpu_shadow exists only with swaps
             swap_out, swap_in = self.swaps(so)
             if swap_out:  # before this step's new owners take the freed GPU blocks over
                 self.cpu_shadow.swap_out(swap_out)
@@ -112,7 +117,7 @@ class SimModelRunner:
                     shadow.assign(new_ids, req_id)
             computed_before[req_id] = cached.num_computed_tokens[i]
 
-        if swap_in:  # after the resumed requests' fresh tables were assigned
+        if swap_in and self.cpu_shadow is not None:  # after the resumed requests' fresh tables were assigned
             self.cpu_shadow.swap_in(swap_in)
 
         prefill = decode = context = 0

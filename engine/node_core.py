@@ -8,8 +8,9 @@ swap space (`num_cpu_blocks`) that the model runner copies shadow KV through."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any
 
 from .config import CacheConfig, KVTransferConfig, ParallelConfig, SchedulerConfig, VllmConfig
 from .engine_core import EngineCore
@@ -47,8 +48,10 @@ class NodeSpec:
         if self.engine not in ("v1", "v0"):
             raise ValueError(f"node {self.name!r}: engine={self.engine!r} is invalid; allowed: 'v1' or 'v0'")
         if self.engine == "v1" and (self.num_cpu_blocks or self.preemption_mode is not None):
-            raise ValueError(f"node {self.name!r}: num_cpu_blocks={self.num_cpu_blocks!r} and preemption_mode="
-                             f"{self.preemption_mode!r} are v0 settings; allowed with engine v1: 0 and null")
+            raise ValueError(
+                f"node {self.name!r}: num_cpu_blocks={self.num_cpu_blocks!r} and preemption_mode="
+                f"{self.preemption_mode!r} are v0 settings; allowed with engine v1: 0 and null"
+            )
 
     def vllm_config(self) -> VllmConfig:
         return VllmConfig(
@@ -56,7 +59,7 @@ class NodeSpec:
             cache_config=self.cache,
             parallel_config=ParallelConfig(self.pipeline_parallel_size),
             kv_transfer_config=(
-                KVTransferConfig(self.kv_role, self.kv_load_failure_policy, engine_id=self.name)
+                KVTransferConfig(self.kv_role, self.kv_load_failure_policy, engine_id=self.name)  # type: ignore[arg-type]
                 if self.kv_role
                 else None
             ),
@@ -73,11 +76,20 @@ class NodeCore:
         self.vllm_config = spec.vllm_config()
         ktc = self.vllm_config.kv_transfer_config
         self.is_v0 = spec.engine == "v0"
+        # The v1 Scheduler, or the v0 adapter that mirrors the v1 names the
+        # node needs (counts, counters, `requests`, `deferred_frees`).
+        self.scheduler: Any
         if self.is_v0:
             self.connector = None
-            self.scheduler = create_v0_scheduler(spec.name, spec.kv_role, spec.scheduler, spec.cache,
-                                                 spec.pipeline_parallel_size, spec.num_cpu_blocks,
-                                                 spec.preemption_mode)
+            self.scheduler = create_v0_scheduler(
+                spec.name,
+                spec.kv_role,
+                spec.scheduler,
+                spec.cache,
+                spec.pipeline_parallel_size,
+                spec.num_cpu_blocks,
+                spec.preemption_mode,
+            )
             depth = 1  # v0 has no batch queue
         else:
             self.connector = PDConnector(ktc, engine_address=spec.address) if ktc else None
@@ -254,7 +266,8 @@ class NodeCore:
         pool = s.kv_cache_manager.block_pool
         if not s.requests and pool.get_num_free_blocks() != pool.num_gpu_blocks - 1:
             errors.append(
-                f"{name}: block pool not fully free at the end ({pool.get_num_free_blocks()} of {pool.num_gpu_blocks - 1})"
+                f"{name}: block pool not fully free at the end "
+                f"({pool.get_num_free_blocks()} of {pool.num_gpu_blocks - 1})"
             )
         return errors
 

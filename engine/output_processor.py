@@ -4,7 +4,8 @@ and the free path with its deferred-free fence (vLLM 0.33.0
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from .outputs import EngineCoreOutput, EngineCoreOutputs, KVConnectorOutput, ModelRunnerOutput, SchedulerOutput
 from .request import Request, RequestStatus
@@ -21,7 +22,7 @@ class OutputProcessorMixin:
     # `type: ignore[misc]` on each def; call sites are still checked.
     # ----------------------------------------------------------------- update
     def update_from_output(  # type: ignore[misc]
-        self: "Scheduler",
+        self: Scheduler,
         scheduler_output: SchedulerOutput,
         model_runner_output: ModelRunnerOutput,
     ) -> dict[int, EngineCoreOutputs]:
@@ -113,7 +114,7 @@ class OutputProcessorMixin:
         return result
 
     def _update_request_with_output(  # type: ignore[misc]
-        self: "Scheduler", request: Request, new_token_ids: list[int], is_stale: bool
+        self: Scheduler, request: Request, new_token_ids: list[int], is_stale: bool
     ) -> tuple[list[int], bool]:
         num_new_tokens = len(new_token_ids)
         stopped = False
@@ -130,7 +131,7 @@ class OutputProcessorMixin:
             assert request.num_output_placeholders >= 0
         return new_token_ids, stopped
 
-    def _handle_failed_recving(self: "Scheduler", failed_req_ids: Iterable[str]) -> set[str]:  # type: ignore[misc]
+    def _handle_failed_recving(self: Scheduler, failed_req_ids: Iterable[str]) -> set[str]:  # type: ignore[misc]
         affected: set[str] = set()
         for req_id in failed_req_ids:
             request = self.requests.get(req_id)
@@ -141,7 +142,7 @@ class OutputProcessorMixin:
                     self.failed_recving_kv_req_ids.add(req_id)
         return set() if self.recompute_kv_load_failures else affected
 
-    def _update_from_kv_xfer_finished(self: "Scheduler", out: KVConnectorOutput) -> None:  # type: ignore[misc]
+    def _update_from_kv_xfer_finished(self: Scheduler, out: KVConnectorOutput) -> None:  # type: ignore[misc]
         if self.connector is not None:
             self.connector.update_connector_output(out)
         for req_id in out.finished_recving or ():
@@ -161,7 +162,7 @@ class OutputProcessorMixin:
 
     # ------------------------------------------------------- finish and abort
     def finish_requests(  # type: ignore[misc]
-        self: "Scheduler", request_ids: str | Iterable[str] | None, finished_status: RequestStatus
+        self: Scheduler, request_ids: str | Iterable[str] | None, finished_status: RequestStatus
     ) -> list[Request]:
         """Finish requests from outside (aborts, errors); ignores unknown and
         already-finished ids; returns the requests it finished."""
@@ -205,7 +206,7 @@ class OutputProcessorMixin:
         return valid
 
     def _free_request(  # type: ignore[misc]
-        self: "Scheduler", request: Request, delay_free_blocks: bool = False
+        self: Scheduler, request: Request, delay_free_blocks: bool = False
     ) -> dict[str, Any] | None:
         assert request.is_finished()
         self._inflight_prefills.discard(request)
@@ -221,13 +222,13 @@ class OutputProcessorMixin:
             self._free_blocks(request)
         return kv_xfer_params
 
-    def _free_blocks(self: "Scheduler", request: Request) -> None:  # type: ignore[misc]
+    def _free_blocks(self: Scheduler, request: Request) -> None:  # type: ignore[misc]
         assert request.is_finished()
         self._free_request_blocks(request)
         del self.requests[request.request_id]
 
     # ------------------------------------------------------------- the fence
-    def _free_request_blocks(self: "Scheduler", request: Request) -> None:  # type: ignore[misc]
+    def _free_request_blocks(self: Scheduler, request: Request) -> None:  # type: ignore[misc]
         """Free now, or — when an in-flight step may still write the blocks —
         drop the bookkeeping at once and park the blocks in `deferred_frees`
         until the newest scheduled step's output has been processed."""
@@ -242,7 +243,7 @@ class OutputProcessorMixin:
             if c.deferred_free_blocks > c.deferred_free_blocks_peak:
                 c.deferred_free_blocks_peak = c.deferred_free_blocks
 
-    def _drain_deferred_frees(self: "Scheduler") -> None:  # type: ignore[misc]
+    def _drain_deferred_frees(self: Scheduler) -> None:  # type: ignore[misc]
         """Stop at the first unsatisfied fence (0.33.0 does not scan past it)."""
         deferred = self.deferred_frees
         pool = self.kv_cache_manager.block_pool
@@ -256,10 +257,9 @@ class OutputProcessorMixin:
             c.deferred_free_blocks -= len(blocks)
             c.num_blocks_freed_by_drain += len(blocks)
 
-    def num_deferred_free_blocks(self: "Scheduler") -> int:  # type: ignore[misc]
+    def num_deferred_free_blocks(self: Scheduler) -> int:  # type: ignore[misc]
         return self.counters.deferred_free_blocks
 
-    def get_counters(self: "Scheduler") -> dict[str, int]:  # type: ignore[misc]
+    def get_counters(self: Scheduler) -> dict[str, int]:  # type: ignore[misc]
         self.counters.num_allocate_slots_calls = self.kv_cache_manager.num_allocate_slots_calls
         return self.counters.to_dict()
-

@@ -44,7 +44,7 @@ class SchedulerOutput:
     partial_prefill_req_ids: set[str] = field(default_factory=set)
 
     @classmethod
-    def make_empty(cls) -> "SchedulerOutput":
+    def make_empty(cls) -> SchedulerOutput:
         return cls([], CachedRequestData(), {}, 0, {}, [], set(), set())
 
 
@@ -67,7 +67,7 @@ class ModelRunnerOutput:
     kv_connector_output: KVConnectorOutput | None = None
 
     @classmethod
-    def empty(cls) -> "ModelRunnerOutput":
+    def empty(cls) -> ModelRunnerOutput:
         return cls([], {}, [])
 
 

@@ -8,8 +8,9 @@ by the sampler, because stop tokens are decided on them.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 
 class RequestStatus(enum.IntEnum):
@@ -26,11 +27,11 @@ class RequestStatus(enum.IntEnum):
     FINISHED_ERROR = enum.auto()
 
     @staticmethod
-    def is_finished(status: "RequestStatus") -> bool:
+    def is_finished(status: RequestStatus) -> bool:
         return status > RequestStatus.PREEMPTED
 
     @staticmethod
-    def get_finished_reason(status: "RequestStatus") -> str | None:
+    def get_finished_reason(status: RequestStatus) -> str | None:
         return _FINISHED_REASONS.get(status)
 
 
@@ -65,7 +66,7 @@ class Request:
     def __init__(
         self,
         request_id: str,
-        prompt_token_ids: "Sequence[int]",
+        prompt_token_ids: Sequence[int],
         sampling_params: SamplingParams,
         eos_token_id: int | None = None,
         arrival_time: float = 0.0,
@@ -142,7 +143,7 @@ class Request:
         return RequestStatus.get_finished_reason(self.status)
 
     # PRIORITY queues order by (priority, arrival_time, request_id).
-    def __lt__(self, other: "Request") -> bool:
+    def __lt__(self, other: Request) -> bool:
         return (self.priority, self.arrival_time, self.request_id) < (
             other.priority,
             other.arrival_time,

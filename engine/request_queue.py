@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from .request import Request
 

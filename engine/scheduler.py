@@ -16,10 +16,10 @@ from .counters import SchedulerCounters
 from .kv_cache_manager import KVCacheBlocks, KVCacheManager, cdiv
 from .kv_connector.base import KVConnectorBase
 from .output_processor import OutputProcessorMixin
-from .waiting_pass import WaitingPassMixin
 from .outputs import CachedRequestData, NewRequestData, SchedulerOutput
 from .request import Request, RequestStatus
 from .request_queue import create_request_queue
+from .waiting_pass import WaitingPassMixin
 
 
 class Scheduler(WaitingPassMixin, OutputProcessorMixin):
@@ -115,8 +115,10 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
         return len(self.requests) > running + waiting
 
     def has_requests(self) -> bool:
-        return self.has_unfinished_requests() or self.has_finished_requests() or (
-            self.connector is not None and self.connector.has_pending_push_work()
+        return (
+            self.has_unfinished_requests()
+            or self.has_finished_requests()
+            or (self.connector is not None and self.connector.has_pending_push_work())
         )
 
     def get_kv_cache_usage(self) -> float:

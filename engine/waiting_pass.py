@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 class WaitingPassMixin:
     # `self: "Scheduler"` and its `type: ignore[misc]`: see `OutputProcessorMixin`.
     def _schedule_waiting(  # type: ignore[misc]
-        self: "Scheduler",
+        self: Scheduler,
         token_budget: int,
         input_budget: int,
         defer_prefills: bool,
@@ -134,7 +134,7 @@ class WaitingPassMixin:
             self.prefill_capacity_bound = num_waiting > len(self.deferred_waiting)
         return token_budget
 
-    def _handle_blocked_waiting_request(self: "Scheduler", request: Request) -> bool:  # type: ignore[misc]
+    def _handle_blocked_waiting_request(self: Scheduler, request: Request) -> bool:  # type: ignore[misc]
         """False = skip it this step; promotes a completed async KV load."""
         if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
             if request.request_id not in self.finished_recving_kv_req_ids:
@@ -143,7 +143,7 @@ class WaitingPassMixin:
             request.status = RequestStatus.PREEMPTED if request.num_preemptions else RequestStatus.WAITING
         return True
 
-    def _update_waiting_for_remote_kv(self: "Scheduler", request: Request) -> None:  # type: ignore[misc]
+    def _update_waiting_for_remote_kv(self: Scheduler, request: Request) -> None:  # type: ignore[misc]
         if request.request_id in self.failed_recving_kv_req_ids:
             if not request.num_computed_tokens:
                 self.kv_cache_manager.free(request)
@@ -153,7 +153,7 @@ class WaitingPassMixin:
             request.num_computed_tokens = request.num_tokens - 1
         self.finished_recving_kv_req_ids.remove(request.request_id)
 
-    def _inflight_prefill_reserved_blocks(self: "Scheduler") -> int:  # type: ignore[misc]
+    def _inflight_prefill_reserved_blocks(self: Scheduler) -> int:  # type: ignore[misc]
         kvm = self.kv_cache_manager
         return sum(
             kvm.get_num_blocks_to_allocate(r, min(r.num_tokens, self.max_model_len)) for r in self._inflight_prefills

@@ -46,7 +46,9 @@ class StepExecutor(Protocol):
     stage has finished, or `on_error` if the step cannot complete (a stage
     worker died): the node then stops."""
 
-    def execute(self, plan: StepPlan, duration_s: float, on_done: StepDone, on_error: Callable[[str], None]) -> None: ...
+    def execute(
+        self, plan: StepPlan, duration_s: float, on_done: StepDone, on_error: Callable[[str], None]
+    ) -> None: ...
 
 
 # The node's outbox: events for the proxy, in order.

@@ -21,12 +21,12 @@ class NodeSettings:
     kv_policy: KVFaultPolicy = field(default_factory=KVFaultPolicy)
 
     def __post_init__(self) -> None:
-        if isinstance(self.time_scale, bool) or not (
-            isinstance(self.time_scale, (int, float)) and self.time_scale > 0
-        ):
+        if isinstance(self.time_scale, bool) or not (isinstance(self.time_scale, (int, float)) and self.time_scale > 0):
             raise ValueError(f"NodeSettings.time_scale={self.time_scale!r} is invalid; allowed: a number > 0")
-        if isinstance(self.bytes_per_token, bool) or not isinstance(self.bytes_per_token, int) or (
-            self.bytes_per_token < 1
+        if (
+            isinstance(self.bytes_per_token, bool)
+            or not isinstance(self.bytes_per_token, int)
+            or (self.bytes_per_token < 1)
         ):
             raise ValueError(f"NodeSettings.bytes_per_token={self.bytes_per_token!r} is invalid; allowed: an int >= 1")
 

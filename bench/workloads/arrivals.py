@@ -11,7 +11,7 @@ time 0; burstiness infinity (here: `constant`) spaces requests 1/rate apart.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -76,6 +76,6 @@ class AllAtOnceArrivals(_ArrivalBase):
 
 
 ArrivalSpec = Annotated[
-    Union[PoissonArrivals, GammaArrivals, ConstantArrivals, AllAtOnceArrivals],
+    PoissonArrivals | GammaArrivals | ConstantArrivals | AllAtOnceArrivals,
     Field(discriminator="kind"),
 ]

@@ -12,7 +12,7 @@ import csv
 import functools
 import math
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -190,6 +190,6 @@ class EmpiricalLengths(_LengthBase):
 
 
 LengthSpec = Annotated[
-    Union[FixedLength, UniformLengths, NormalLengths, LognormalLengths, ShareGPTLikeLengths, EmpiricalLengths],
+    FixedLength | UniformLengths | NormalLengths | LognormalLengths | ShareGPTLikeLengths | EmpiricalLengths,
     Field(discriminator="kind"),
 ]

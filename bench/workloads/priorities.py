@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -48,4 +48,4 @@ class ChoicePriority(BaseModel):
         return [self.values[int(i)] for i in idx]
 
 
-PrioritySpec = Annotated[Union[FixedPriority, ChoicePriority], Field(discriminator="kind")]
+PrioritySpec = Annotated[FixedPriority | ChoicePriority, Field(discriminator="kind")]

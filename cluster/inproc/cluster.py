@@ -33,8 +33,14 @@ OUTPUT_BYTES = 64
 
 
 class InProcCluster:
-    def __init__(self, spec: ClusterSpec, seed: int = 0, debug_invariants: bool = False, trace: bool = False,
-                 observer: Any = None) -> None:
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        seed: int = 0,
+        debug_invariants: bool = False,
+        trace: bool = False,
+        observer: Any = None,
+    ) -> None:
         """`observer` (optional) gets `on_step(StepRecord)` for every step of
         every node and `on_request_finished(node_name, RequestRecord)`."""
         self.spec = spec
@@ -66,8 +72,13 @@ class InProcCluster:
                 self._producers[node.name] = node
                 self.prefill_nodes.append(node)
             else:
-                kv = InProcKVTransport(node_spec.name, self.loop, self._producers, self._kv_link,  # type: ignore[arg-type]
-                                       spec.bytes_per_token)
+                kv = InProcKVTransport(
+                    node_spec.name,
+                    self.loop,
+                    self._producers,
+                    self._kv_link,  # type: ignore[arg-type]
+                    spec.bytes_per_token,
+                )
                 node = DecodeNode(node_spec, settings, ports, kv, on_step, debug_invariants)
                 self.decode_nodes.append(node)
             self.nodes[node.name] = node
@@ -124,8 +135,15 @@ class InProcCluster:
             self._send(self.decode_router.pick(), self._message(w, max_tokens=w.output_len, params=None))
 
     def _message(self, w: WorkloadRequest, max_tokens: int, params: dict | None) -> RequestMessage:
-        return RequestMessage(w.request_id, w.prompt_len, max_tokens, self.records[w.request_id].arrival_time,
-                              w.priority, params, self.spec.sampler.ignore_eos)
+        return RequestMessage(
+            w.request_id,
+            w.prompt_len,
+            max_tokens,
+            self.records[w.request_id].arrival_time,
+            w.priority,
+            params,
+            self.spec.sampler.ignore_eos,
+        )
 
     # -- the proxy ------------------------------------------------------------------
     def _send(self, node: NodeRole, message: RequestMessage) -> None:
@@ -236,8 +254,9 @@ class InProcCluster:
                 node_counters[name]["killed"] = 1
         records = [self.records[r] for r in sorted(self.records, key=lambda r: (self.records[r].arrival_time, r))]
         sampler = self.decode_nodes[0].core.sampler
-        errors = check_requests(records, sampler.token_at, sampler.eos_token_id,
-                                self.spec.decode.engine.max_model_len, self._workload)
+        errors = check_requests(
+            records, sampler.token_at, sampler.eos_token_id, self.spec.decode.engine.max_model_len, self._workload
+        )
         for report in reports.values():
             errors.extend(report.invariant_errors)
         # As on Ray (and in `vllm bench serve`), the run lasted until its last
@@ -257,8 +276,14 @@ class InProcCluster:
         )
 
 
-def run_inproc(spec: ClusterSpec, workload: list[WorkloadRequest], seed: int = 0, max_concurrency: int | None = None,
-               debug_invariants: bool = False, trace: bool = False) -> RunResult:
+def run_inproc(
+    spec: ClusterSpec,
+    workload: list[WorkloadRequest],
+    seed: int = 0,
+    max_concurrency: int | None = None,
+    debug_invariants: bool = False,
+    trace: bool = False,
+) -> RunResult:
     cluster = InProcCluster(spec, seed=seed, debug_invariants=debug_invariants, trace=trace)
     cluster.submit(workload, max_concurrency)
     return cluster.run()

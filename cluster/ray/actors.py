@@ -98,8 +98,13 @@ class _NodeShell:
 
 @ray.remote(num_cpus=0)
 class PrefillNodeActor(_NodeShell):
-    def __init__(self, spec: NodeSpec, settings: WallNodeSettings, observer_factory: ObserverFactory | None = None,
-                 index: int = 0) -> None:
+    def __init__(
+        self,
+        spec: NodeSpec,
+        settings: WallNodeSettings,
+        observer_factory: ObserverFactory | None = None,
+        index: int = 0,
+    ) -> None:
         self._init_shell(observer_factory, index)
         settings = replace(settings, kv_host=ray.util.get_node_ip_address())
         self.host = WallNodeHost("prefill", spec, settings, on_step=self._on_step)
@@ -111,10 +116,12 @@ class PrefillNodeActor(_NodeShell):
 
 @ray.remote(num_cpus=0)
 class StageWorkerActor:
-    def __init__(self, index: int, pp_size: int, sampler_seed: int, stop_probability: float,
-                 link_to_next, link_seed: int) -> None:
-        self.worker = StageWorker(index, pp_size, sampler_seed, stop_probability, link_to_next, link_seed,
-                                  host=ray.util.get_node_ip_address())
+    def __init__(
+        self, index: int, pp_size: int, sampler_seed: int, stop_probability: float, link_to_next, link_seed: int
+    ) -> None:
+        self.worker = StageWorker(
+            index, pp_size, sampler_seed, stop_probability, link_to_next, link_seed, host=ray.util.get_node_ip_address()
+        )
 
     async def ready(self) -> dict:
         return _where()
@@ -138,8 +145,14 @@ class DecodeNodeActor(_NodeShell):
     """Its pipeline stages are actors of their own, on the same machine,
     started and chained by this actor; the node's steps travel through them."""
 
-    def __init__(self, spec: NodeSpec, settings: WallNodeSettings, stage_name_prefix: str = "",
-                 observer_factory: ObserverFactory | None = None, index: int = 0) -> None:
+    def __init__(
+        self,
+        spec: NodeSpec,
+        settings: WallNodeSettings,
+        stage_name_prefix: str = "",
+        observer_factory: ObserverFactory | None = None,
+        index: int = 0,
+    ) -> None:
         self._init_shell(observer_factory, index)
         self.spec = spec
         self.settings = settings
@@ -158,17 +171,27 @@ class DecodeNodeActor(_NodeShell):
             options = dict(placement)
             if self.stage_name_prefix:
                 options["name"] = f"{self.stage_name_prefix}-stage{index}"
-            self.stages.append(StageWorkerActor.options(**options).remote(
-                index, pp, self.spec.sampler_seed, self.spec.stop_probability, s.stage_link,
-                s.link_seed * 100 + index,
-            ))
+            self.stages.append(
+                StageWorkerActor.options(**options).remote(
+                    index,
+                    pp,
+                    self.spec.sampler_seed,
+                    self.spec.stop_probability,
+                    s.stage_link,
+                    s.link_seed * 100 + index,
+                )
+            )
         self.stage_addresses = [tuple(a) for a in await asyncio.gather(*(st.serve.remote() for st in self.stages))]
         await asyncio.gather(*(self.stages[i].connect_next.remote(self.stage_addresses[i + 1]) for i in range(pp - 1)))
         stage_where = await asyncio.gather(*(st.ready.remote() for st in self.stages))
         self.runner.set_addresses(self.stage_addresses[0], self.stage_addresses[-1])
-        return {"name": self.host.name, "stages": self.stage_addresses,
-                "stage_ray_node_ids": [w["ray_node_id"] for w in stage_where], **self._start_observation(),
-                **_where()}
+        return {
+            "name": self.host.name,
+            "stages": self.stage_addresses,
+            "stage_ray_node_ids": [w["ray_node_id"] for w in stage_where],
+            **self._start_observation(),
+            **_where(),
+        }
 
     async def begin(self, start_wall: float, proxy_address: tuple[str, int]) -> list[dict]:
         where = await asyncio.gather(*(stage.begin.remote(start_wall) for stage in self.stages))

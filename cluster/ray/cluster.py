@@ -56,9 +56,13 @@ class RayClusterHandle:
         (a head at 127.0.0.2, say, as in docs/ray.md): for an address on
         127.x.x.x other than 127.0.0.1 it defaults to that host."""
         if address is not None and (not isinstance(address, str) or not address.strip()):
-            raise ValueError(f"address={address!r} is invalid; allowed: 'host:port' of a running Ray cluster, or None to launch one")
+            raise ValueError(
+                f"address={address!r} is invalid; allowed: 'host:port' of a running Ray cluster, or None to launch one"
+            )
         if object_store_memory < 78 << 20:
-            raise ValueError(f"object_store_memory={object_store_memory} is invalid; allowed: >= 78 MiB (Ray's minimum)")
+            raise ValueError(
+                f"object_store_memory={object_store_memory} is invalid; allowed: >= 78 MiB (Ray's minimum)"
+            )
         self.address = address
         self.node_ip_address = node_ip_address if address is not None else None
         if address is not None and node_ip_address is None:
@@ -83,14 +87,14 @@ class RayClusterHandle:
         self._run_counter = 0
 
     # -- lifecycle ---------------------------------------------------------------
-    def __enter__(self) -> "RayClusterHandle":
+    def __enter__(self) -> RayClusterHandle:
         self.start()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close()
 
-    def start(self) -> "RayClusterHandle":
+    def start(self) -> RayClusterHandle:
         if self.started:
             return self
         if ray.is_initialized():
@@ -180,8 +184,11 @@ class RayClusterHandle:
     def _reap(self) -> None:
         left = ray_processes.wait_gone(self.ray_pids, self.shutdown_timeout_s)
         if left:
-            logger.warning("Ray left %d process(es) after shutdown; ending them: %s", len(left),
-                           {p: ray_processes.command_line(p)[:80] for p in left})
+            logger.warning(
+                "Ray left %d process(es) after shutdown; ending them: %s",
+                len(left),
+                {p: ray_processes.command_line(p)[:80] for p in left},
+            )
             left = ray_processes.end_processes(left)
         ray_processes.reap_children()
         self.leftover_pids = left

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from cluster.wall.clock import RunClock
 from engine.records import RequestRecord, WorkloadRequest
@@ -30,9 +30,15 @@ OnFinished = Callable[[list[tuple[str, RequestRecord]]], None]
 
 
 class LoadDriver:
-    def __init__(self, submit: Callable[[list[Submission]], None], workload: list[WorkloadRequest], clock: RunClock,
-                 max_concurrency: int | None = None, progress: Progress | None = None,
-                 on_finished: OnFinished | None = None) -> None:
+    def __init__(
+        self,
+        submit: Callable[[list[Submission]], None],
+        workload: list[WorkloadRequest],
+        clock: RunClock,
+        max_concurrency: int | None = None,
+        progress: Progress | None = None,
+        on_finished: OnFinished | None = None,
+    ) -> None:
         """`submit(batch)` hands `Submission`s to the proxy; client events
         come back through `handle`.
         `on_finished` hears of finished requests (live metrics)."""
@@ -131,17 +137,24 @@ class LoadDriver:
         while not self._all_done.is_set():
             try:
                 await asyncio.wait_for(self._all_done.wait(), 0.25)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             now = self.clock.now()
             if timeout_s is not None and now - start > timeout_s:
                 self.timed_out = True
-                logger.error("run timed out after %.1f s with %d of %d requests finished", now - start,
-                             self.finished, len(self.workload))
+                logger.error(
+                    "run timed out after %.1f s with %d of %d requests finished",
+                    now - start,
+                    self.finished,
+                    len(self.workload),
+                )
                 return False
             if self.in_flight > 0 and now - self.last_event > stall_timeout_s:
                 self.stalled = True
-                logger.error("run stalled: nothing heard for %.1f s with %d request(s) in flight",
-                             now - self.last_event, self.in_flight)
+                logger.error(
+                    "run stalled: nothing heard for %.1f s with %d request(s) in flight",
+                    now - self.last_event,
+                    self.in_flight,
+                )
                 return False
         return True

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
-from typing import Callable, Protocol
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from engine.records import RequestRecord, StepRecord
 from node.role import NodeRole
@@ -161,7 +161,7 @@ class DriverObservation:
         if pending:
             try:
                 await asyncio.wait_for(asyncio.gather(*pending, return_exceptions=True), timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 logger.warning("%d latency update(s) did not reach their node within %.0f s", len(pending), timeout_s)
 
     async def poll_lines(self) -> None:
@@ -174,8 +174,9 @@ class DriverObservation:
         try:
             batches = await asyncio.wait_for(
                 asyncio.gather(*(self.nodes[n].take_stats_lines.remote() for n in live), return_exceptions=True),
-                timeout_s)
-        except asyncio.TimeoutError:
+                timeout_s,
+            )
+        except TimeoutError:
             return
         now = self.clock.now()
         for batch in batches:

@@ -19,8 +19,9 @@ a 2-CPU machine would otherwise place only two of them.
 
 from __future__ import annotations
 
-from cluster.ray.env import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from cluster.ray.env import ray
 
 ROLE_RESOURCES = {"prefill": "disagg_prefill", "decode": "disagg_decode"}
 # What a launched local cluster advertises: room for any test topology.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from cluster.ray.env import ray
 from cluster.wall.clock import RunClock
@@ -34,8 +34,15 @@ STREAM_BATCH_S = 0.02
 
 
 class ProxyServer:
-    def __init__(self, spec: ClusterSpec, seed: int, clock: RunClock, prefill: list[str], decode: list[str],
-                 publish: Callable[[list[ClientEvent]], None]) -> None:
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        seed: int,
+        clock: RunClock,
+        prefill: list[str],
+        decode: list[str],
+        publish: Callable[[list[ClientEvent]], None],
+    ) -> None:
         self.names = set(prefill) | set(decode)
         self.router = ProxyRouter(spec, seed, clock, prefill, decode, self._send, publish)
         self.conns: dict[str, FrameConnection] = {}
@@ -106,8 +113,9 @@ class ProxyActor:
     async def begin(self, spec_json: str, seed: int, start_wall: float, prefill: dict, decode: dict) -> tuple[str, int]:
         """Start routing; returns the address the nodes connect to."""
         spec = ClusterSpec.model_validate_json(spec_json)
-        self.server = ProxyServer(spec, seed, RunClock.from_wall_start(start_wall), list(prefill), list(decode),
-                                  self._publish)
+        self.server = ProxyServer(
+            spec, seed, RunClock.from_wall_start(start_wall), list(prefill), list(decode), self._publish
+        )
         address = await self.server.start(ray.util.get_node_ip_address())
         for name, handle in {**prefill, **decode}.items():
             self._watches.append(asyncio.ensure_future(self._watch(name, handle)))

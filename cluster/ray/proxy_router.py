@@ -13,8 +13,8 @@ Client events (`cluster.client_events`), times in run seconds stamped here.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from cluster.wall.clock import RunClock
 from cluster.wall.delay_line import DelayedMailbox
@@ -49,9 +49,16 @@ class ProxyRouter:
     """The proxy's behaviour, free of Ray: `send(node, wires)` carries requests
     to a node, `publish(events)` hands client events to the stream."""
 
-    def __init__(self, spec: ClusterSpec, seed: int, clock: RunClock, prefill: list[str], decode: list[str],
-                 send: Callable[[str, list[RequestMessage]], None],
-                 publish: Callable[[list[ClientEvent]], None]) -> None:
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        seed: int,
+        clock: RunClock,
+        prefill: list[str],
+        decode: list[str],
+        send: Callable[[str, list[RequestMessage]], None],
+        publish: Callable[[list[ClientEvent]], None],
+    ) -> None:
         if not decode:
             raise ValueError("the proxy needs at least one decode node")
         self.spec = spec
@@ -72,10 +79,12 @@ class ProxyRouter:
         for i, name in enumerate(self.prefill + self.decode):
             link = Link(links, seed=seed * 1000 + 500 + i)
             ideal = link.is_ideal
-            self._to_node[name] = DelayedMailbox(clock, None if ideal else link.forward,
-                                                 lambda batch, name=name: self._deliver_to_node(name, batch))
-            self._from_node[name] = DelayedMailbox(clock, None if ideal else link.reverse,
-                                                   lambda batch, name=name: self._on_node_events(name, batch))
+            self._to_node[name] = DelayedMailbox(
+                clock, None if ideal else link.forward, lambda batch, name=name: self._deliver_to_node(name, batch)
+            )
+            self._from_node[name] = DelayedMailbox(
+                clock, None if ideal else link.reverse, lambda batch, name=name: self._on_node_events(name, batch)
+            )
 
     def _rebuild_routers(self) -> None:
         load = self.outstanding.__getitem__
@@ -109,8 +118,9 @@ class ProxyRouter:
         node = router.pick()
         req.node, req.phase, req.counted = node, role, True
         self.outstanding[node] += 1
-        message = RequestMessage(req.request_id, req.prompt_len, max_tokens, req.arrival, req.priority, params,
-                                 self.spec.sampler.ignore_eos)
+        message = RequestMessage(
+            req.request_id, req.prompt_len, max_tokens, req.arrival, req.priority, params, self.spec.sampler.ignore_eos
+        )
         self._to_node[node].put(message, REQUEST_BYTES)
 
     def _deliver_to_node(self, node: str, messages: list[RequestMessage]) -> None:

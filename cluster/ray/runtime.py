@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from cluster.ray.env import ray
 from cluster.wall.clock import RunClock
@@ -44,14 +44,14 @@ from engine.records import WorkloadRequest
 from engine.sampler import DeterministicSampler
 
 from ..invariants import check_requests
+from ..run_result import RunResult, kv_pull_summary
+from ..spec import ClusterSpec
 from .actors import DecodeNodeActor, PrefillNodeActor
 from .cluster import RayClusterHandle
 from .driver import LoadDriver
 from .observe import DriverObservation, ObserverFactory
 from .placement import describe_placement, node_actor_options, pinned_options
 from .proxy import ProxyActor
-from ..run_result import RunResult, kv_pull_summary
-from ..spec import ClusterSpec
 
 logger = logging.getLogger(__name__)
 
@@ -117,11 +117,24 @@ def run_ray(
         raise ValueError(f"duplicate request id {dup!r} in the workload")
     if handle is None:
         with RayClusterHandle(address=address) as own:
-            return run_ray(spec, workload, seed, max_concurrency, None, faults, progress, handle=own,
-                           timeout_s=timeout_s, stall_timeout_s=stall_timeout_s,
-                           kv_hold_timeout_s=kv_hold_timeout_s, quiesce_timeout_s=quiesce_timeout_s,
-                           keep_step_timings=keep_step_timings, observer_factory=observer_factory,
-                           on_metrics_urls=on_metrics_urls, while_serving=while_serving)
+            return run_ray(
+                spec,
+                workload,
+                seed,
+                max_concurrency,
+                None,
+                faults,
+                progress,
+                handle=own,
+                timeout_s=timeout_s,
+                stall_timeout_s=stall_timeout_s,
+                kv_hold_timeout_s=kv_hold_timeout_s,
+                quiesce_timeout_s=quiesce_timeout_s,
+                keep_step_timings=keep_step_timings,
+                observer_factory=observer_factory,
+                on_metrics_urls=on_metrics_urls,
+                while_serving=while_serving,
+            )
     if not handle.started or handle.closed:
         raise RuntimeError("run_ray: the RayClusterHandle is not open; use it as a context manager")
     run = _RayRun(handle, spec, seed, kv_hold_timeout_s, observer_factory)
@@ -129,11 +142,18 @@ def run_ray(
         run.launch()
         if on_metrics_urls is not None and run.metrics_urls:
             on_metrics_urls(dict(run.metrics_urls))
-        result = asyncio.run(run.drive(
-            workload, max_concurrency, kills, progress,
-            stall_timeout_s if stall_timeout_s is not None else max(60.0, 3 * spec.kv_pull_deadline_s),
-            timeout_s, quiesce_timeout_s, keep_step_timings,
-        ))
+        result = asyncio.run(
+            run.drive(
+                workload,
+                max_concurrency,
+                kills,
+                progress,
+                stall_timeout_s if stall_timeout_s is not None else max(60.0, 3 * spec.kv_pull_deadline_s),
+                timeout_s,
+                quiesce_timeout_s,
+                keep_step_timings,
+            )
+        )
         if while_serving is not None and run.metrics_urls:
             while_serving({n: u for n, u in run.metrics_urls.items() if n not in run.killed})
         return result
@@ -142,8 +162,14 @@ def run_ray(
 
 
 class _RayRun:
-    def __init__(self, handle: RayClusterHandle, spec: ClusterSpec, seed: int, kv_hold_timeout_s: float | None,
-                 observer_factory: ObserverFactory | None = None) -> None:
+    def __init__(
+        self,
+        handle: RayClusterHandle,
+        spec: ClusterSpec,
+        seed: int,
+        kv_hold_timeout_s: float | None,
+        observer_factory: ObserverFactory | None = None,
+    ) -> None:
         self.handle = handle
         self.observer_factory = observer_factory
         self.metrics_urls: dict[str, str] = {}
@@ -175,34 +201,60 @@ class _RayRun:
             actor_name = f"{self.name}-{node_spec.name}"
             options = {"name": actor_name, **node_actor_options(role, resources)}
             if role == "prefill":
-                actor = PrefillNodeActor.options(**options).remote(node_spec, self._settings(index),
-                                                                   self.observer_factory, index)
+                actor = PrefillNodeActor.options(**options).remote(
+                    node_spec, self._settings(index), self.observer_factory, index
+                )
             else:
-                actor = DecodeNodeActor.options(**options).remote(node_spec, self._settings(index), actor_name,
-                                                                  self.observer_factory, index)
+                actor = DecodeNodeActor.options(**options).remote(
+                    node_spec, self._settings(index), actor_name, self.observer_factory, index
+                )
             self.handle.track(actor)
             self.nodes[node_spec.name] = actor
             self.roles[node_spec.name] = role
-        self.proxy = ProxyActor.options(name=f"{self.name}-proxy", **pinned_options(self.handle.driver_node_id)).remote()
+        self.proxy = ProxyActor.options(
+            name=f"{self.name}-proxy", **pinned_options(self.handle.driver_node_id)
+        ).remote()
         self.handle.track(self.proxy)
         # Every process up and imported before the run's clock starts.
-        infos = ray.get([a.start.remote() for a in self.nodes.values()] + [self.proxy.ready.remote()],
-                        timeout=CALL_TIMEOUT_S)
+        infos = ray.get(
+            [a.start.remote() for a in self.nodes.values()] + [self.proxy.ready.remote()], timeout=CALL_TIMEOUT_S
+        )
         self.info = {info["name"]: info for info in infos}
         self.metrics_urls = {n: self.info[n]["metrics_url"] for n in self.nodes if self.info[n].get("metrics_url")}
 
-    async def drive(self, workload, max_concurrency, kills, progress, stall_timeout_s, timeout_s,
-                    quiesce_timeout_s, keep_step_timings) -> RunResult:
+    async def drive(
+        self,
+        workload,
+        max_concurrency,
+        kills,
+        progress,
+        stall_timeout_s,
+        timeout_s,
+        quiesce_timeout_s,
+        keep_step_timings,
+    ) -> RunResult:
         start_wall = time.time() + START_LEAD_S
         by_role = {r: {n: a for n, a in self.nodes.items() if self.roles[n] == r} for r in ("prefill", "decode")}
-        proxy_address = await asyncio.wait_for(self.proxy.begin.remote(
-            self.spec.model_dump_json(), self.seed, start_wall, by_role["prefill"], by_role["decode"]), CALL_TIMEOUT_S)
-        await asyncio.wait_for(asyncio.gather(
-            *(actor.begin.remote(start_wall, proxy_address) for actor in self.nodes.values())), CALL_TIMEOUT_S)
+        proxy_address = await asyncio.wait_for(
+            self.proxy.begin.remote(
+                self.spec.model_dump_json(), self.seed, start_wall, by_role["prefill"], by_role["decode"]
+            ),
+            CALL_TIMEOUT_S,
+        )
+        await asyncio.wait_for(
+            asyncio.gather(*(actor.begin.remote(start_wall, proxy_address) for actor in self.nodes.values())),
+            CALL_TIMEOUT_S,
+        )
         clock = RunClock.from_wall_start(start_wall)
         obs = self.observation = DriverObservation(self.nodes, clock) if self.observer_factory is not None else None
-        driver = LoadDriver(self.proxy.submit.remote, workload, clock, max_concurrency, progress,
-                            on_finished=obs.on_finished if obs is not None else None)
+        driver = LoadDriver(
+            self.proxy.submit.remote,
+            workload,
+            clock,
+            max_concurrency,
+            progress,
+            on_finished=obs.on_finished if obs is not None else None,
+        )
         stream = self.proxy.stream.options(num_returns="streaming").remote()
         consumer = asyncio.ensure_future(driver.consume(stream))
         tasks = [asyncio.ensure_future(driver.release_all())]
@@ -219,7 +271,7 @@ class _RayRun:
         proxy_stats = await asyncio.wait_for(self.proxy.close_stream.remote(), CALL_TIMEOUT_S)
         try:
             await asyncio.wait_for(consumer, 5.0)
-        except (asyncio.TimeoutError, Exception):
+        except (TimeoutError, Exception):
             consumer.cancel()
         live = {n: a for n, a in self.nodes.items() if n not in self.killed}
         quiet = await asyncio.wait_for(
@@ -233,8 +285,16 @@ class _RayRun:
         )
         if obs is not None:
             await obs.fetch_lines(CALL_TIMEOUT_S)
-        return self._result(driver, workload, dict(zip(live, reports)), dict(zip(live, quiet)), duration, completed,
-                            proxy_stats, keep_step_timings)
+        return self._result(
+            driver,
+            workload,
+            dict(zip(live, reports)),
+            dict(zip(live, quiet)),
+            duration,
+            completed,
+            proxy_stats,
+            keep_step_timings,
+        )
 
     async def _kill_at(self, clock: RunClock, name: str, at: float) -> None:
         await clock.sleep_until(at)
@@ -244,14 +304,30 @@ class _RayRun:
             self.observation.forget(name)
         ray.kill(self.nodes[name], no_restart=True)
 
-    def _result(self, driver: LoadDriver, workload, reports: dict, quiet: dict, duration: float, completed: bool,
-                proxy_stats: dict, keep_step_timings: bool) -> RunResult:
+    def _result(
+        self,
+        driver: LoadDriver,
+        workload,
+        reports: dict,
+        quiet: dict,
+        duration: float,
+        completed: bool,
+        proxy_stats: dict,
+        keep_step_timings: bool,
+    ) -> RunResult:
         spec = self.spec
         errors: list[str] = []
         sampler = DeterministicSampler(spec.sampler.seed + self.seed, spec.sampler.stop_probability)
         records = sorted(driver.records.values(), key=lambda r: (r.arrival_time, r.request_id))
-        errors.extend(check_requests(records, sampler.token_at, sampler.eos_token_id,
-                                     spec.decode.engine.max_model_len, [w.request_id for w in workload]))
+        errors.extend(
+            check_requests(
+                records,
+                sampler.token_at,
+                sampler.eos_token_id,
+                spec.decode.engine.max_model_len,
+                [w.request_id for w in workload],
+            )
+        )
         for w in workload:
             if w.request_id in driver.released and w.request_id not in driver.records:
                 errors.append(f"{w.request_id}: released but never reached the proxy")
@@ -302,8 +378,16 @@ class _RayRun:
             extra["metrics_urls"] = dict(self.metrics_urls)
             extra["stats_lines"] = list(self.observation.lines)
             extra["observer_errors"] = observer_errors
-        return RunResult(clock="wall", duration=duration, requests=records, steps=steps, node_counters=node_counters,
-                         violations=violations, invariant_errors=errors, extra=extra)
+        return RunResult(
+            clock="wall",
+            duration=duration,
+            requests=records,
+            steps=steps,
+            node_counters=node_counters,
+            violations=violations,
+            invariant_errors=errors,
+            extra=extra,
+        )
 
     def _placement(self) -> dict[str, str]:
         """Actor -> Ray node id (proxy, nodes, and each decode node's stages)."""

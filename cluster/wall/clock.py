@@ -38,11 +38,11 @@ class RunClock:
         self.lateness = 0.0
 
     @classmethod
-    def from_wall_start(cls, start_wall: float) -> "RunClock":
+    def from_wall_start(cls, start_wall: float) -> RunClock:
         return cls(time.monotonic() - (time.time() - start_wall))
 
     @classmethod
-    def starting_now(cls) -> "RunClock":
+    def starting_now(cls) -> RunClock:
         return cls(time.monotonic())
 
     def now(self) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from connector.link import DelayLine
 

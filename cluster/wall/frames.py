@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgpack
 
@@ -44,7 +45,7 @@ class FrameConnection:
         self.frames_received = 0
 
     @classmethod
-    async def open(cls, host: str, port: int, timeout_s: float = 10.0) -> "FrameConnection":
+    async def open(cls, host: str, port: int, timeout_s: float = 10.0) -> FrameConnection:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
         return cls(reader, writer)
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-
 from typing import Any, NamedTuple
 
 from connector.link import Link, LinkSpec
@@ -198,8 +197,9 @@ class StageStreamExecutor:
     carries KV completions) does not travel: it completes when the step
     before it does, as it would behind that step in the pipeline."""
 
-    def __init__(self, first: tuple[str, int] | None = None, last: tuple[str, int] | None = None,
-                 pp_size: int = 1) -> None:
+    def __init__(
+        self, first: tuple[str, int] | None = None, last: tuple[str, int] | None = None, pp_size: int = 1
+    ) -> None:
         """The stages' addresses may be given later (`set_addresses`), before `connect`."""
         self.first_address = first
         self.last_address = last

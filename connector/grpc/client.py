@@ -161,7 +161,7 @@ class KVPuller:
         self._stubs.clear()
         await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)
 
-    async def __aenter__(self) -> "KVPuller":
+    async def __aenter__(self) -> KVPuller:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -172,9 +172,7 @@ class KVPuller:
     async def check(self, remote_address: str, timeout_s: float = 1.0) -> bool:
         """True when the producer at `remote_address` answers SERVING in time."""
         try:
-            response = await self._stub(remote_address).Check(
-                pb.HealthCheckRequest(), timeout=timeout_s
-            )
+            response = await self._stub(remote_address).Check(pb.HealthCheckRequest(), timeout=timeout_s)
         except grpc.aio.AioRpcError:
             return False
         return response.status == pb.HealthCheckResponse.SERVING
@@ -359,7 +357,11 @@ class KVPuller:
         """ReportDone(success) under DoneSession: until acknowledged, refused,
         or deadline_s after the first report (which always goes out)."""
         session = DoneSession(
-            spec.remote_request_id, spec.remote_address, True, self._policy, time.monotonic(),
+            spec.remote_request_id,
+            spec.remote_address,
+            True,
+            self._policy,
+            time.monotonic(),
             consumer_id=self.config.consumer_id,
         )
         while True:
@@ -377,8 +379,13 @@ class KVPuller:
         if not self.config.report_done:
             return
         session = DoneSession(
-            spec.remote_request_id, spec.remote_address, False, self._policy, time.monotonic(),
-            consumer_id=self.config.consumer_id, reason=reason,
+            spec.remote_request_id,
+            spec.remote_address,
+            False,
+            self._policy,
+            time.monotonic(),
+            consumer_id=self.config.consumer_id,
+            reason=reason,
         )
         task = asyncio.ensure_future(self.report(session.next_report(time.monotonic())))
         self._background.add(task)

@@ -106,9 +106,7 @@ def encode_chunks(blocks: Iterable[WireBlock], max_chunk_bytes: int) -> Iterator
 
 class ChecksumMismatch(Exception):
     def __init__(self, block_index: int, block_id: int, expected: int, actual: int) -> None:
-        super().__init__(
-            f"block {block_id} (index {block_index}): crc32 {actual:#010x}, expected {expected:#010x}"
-        )
+        super().__init__(f"block {block_id} (index {block_index}): crc32 {actual:#010x}, expected {expected:#010x}")
         self.block_index = block_index
         self.block_id = block_id
 
@@ -145,13 +143,9 @@ class BlockAssembler:
                 raise ProtocolError(f"block {piece.block_id} starts at offset {piece.offset}, not 0")
             self._current, self._parts, self._received = index, [], 0
         elif index != self._current:
-            raise ProtocolError(
-                f"block {piece.block_id} interleaved with unfinished index {self._current}"
-            )
+            raise ProtocolError(f"block {piece.block_id} interleaved with unfinished index {self._current}")
         if piece.offset != self._received:
-            raise ProtocolError(
-                f"block {piece.block_id}: piece at offset {piece.offset}, expected {self._received}"
-            )
+            raise ProtocolError(f"block {piece.block_id}: piece at offset {piece.offset}, expected {self._received}")
         part = piece.data  # each access to a bytes field makes a new copy
         self._parts.append(part)
         self._received += len(part)

@@ -74,18 +74,14 @@ class GrpcKVTransport:
 
     # -- the port ----------------------------------------------------------------
 
-    def pull(
-        self, attempt: PullAttempt, on_block: OnBlock, on_result: Callable[[PullAttemptResult], None]
-    ) -> None:
+    def pull(self, attempt: PullAttempt, on_block: OnBlock, on_result: Callable[[PullAttemptResult], None]) -> None:
         """Start one attempt; `on_result` gets its outcome once, within about
         `attempt.timeout_s`."""
         self._spawn(self._pull(attempt, on_block, on_result), f"kv-pull {attempt.request_id}#{attempt.number}")
 
     def report_done(self, report: DoneReport, on_result: Callable[[DoneReportResult], None]) -> None:
         """Send one done report; `on_result` gets its outcome once."""
-        self._spawn(
-            self._report(report, on_result), f"kv-done {report.remote_request_id}#{report.number}"
-        )
+        self._spawn(self._report(report, on_result), f"kv-done {report.remote_request_id}#{report.number}")
 
     async def close(self) -> None:
         """Cancel what is in flight (its `on_result` is not called) and close the channels."""
@@ -96,7 +92,7 @@ class GrpcKVTransport:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._puller.close()
 
-    async def __aenter__(self) -> "GrpcKVTransport":
+    async def __aenter__(self) -> GrpcKVTransport:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

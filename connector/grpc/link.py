@@ -89,9 +89,7 @@ class _LinkTiming:
         if deadline is None:
             raise _rpc_error(grpc.StatusCode.UNAVAILABLE, f"{what} dropped by the link model")
         await asyncio.sleep(max(0.0, deadline - time.monotonic()))
-        raise _rpc_error(
-            grpc.StatusCode.DEADLINE_EXCEEDED, f"Deadline Exceeded ({what} dropped by the link model)"
-        )
+        raise _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, f"Deadline Exceeded ({what} dropped by the link model)")
 
     async def _wait_until(self, arrival: float, deadline: float | None, what: str) -> None:
         arrival_wall = self.epoch + arrival

@@ -36,9 +36,7 @@ RETRYABLE_CODES = {
 
 
 def _positive(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-        value > 0 and math.isfinite(value)
-    ):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
         raise ValueError(f"PullerConfig.{name} must be a finite number > 0, got {value!r}")
 
 

@@ -94,9 +94,7 @@ class KVHandoffHandler:
             raise InvalidPullError(f"request {request_id!r}: duplicate block_ids {list(block_ids)}")
         contents = self.source.get_blocks(request_id, block_ids)
         if len(contents) != len(block_ids):
-            raise RuntimeError(
-                f"BlockSource returned {len(contents)} blocks for {len(block_ids)} ids"
-            )
+            raise RuntimeError(f"BlockSource returned {len(contents)} blocks for {len(block_ids)} ids")
         return (self._wire_block(request_id, b, d) for b, d in zip(block_ids, contents))
 
     def _wire_block(self, request_id: str, block_id: int, data: bytes) -> WireBlock:
@@ -126,9 +124,7 @@ class _KVHandoffServicer(pb_grpc.KVHandoffServicer):
     def __init__(self, handler: KVHandoffHandler) -> None:
         self._handler = handler
 
-    async def PullBlocks(
-        self, request: pb.PullRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[bytes]:
+    async def PullBlocks(self, request: pb.PullRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         """Yields BlockChunks already serialised (see framing.encode_chunks)."""
         handler = self._handler
         try:
@@ -141,27 +137,21 @@ class _KVHandoffServicer(pb_grpc.KVHandoffServicer):
         for chunk in encode_chunks(blocks, chunk_bytes):
             yield chunk
 
-    async def ReportDone(
-        self, request: pb.DoneRequest, context: grpc.aio.ServicerContext
-    ) -> pb.DoneAck:
+    async def ReportDone(self, request: pb.DoneRequest, context: grpc.aio.ServicerContext) -> pb.DoneAck:
         if not request.request_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request_id is empty")
         first = await self._handler.report_done(request.request_id, request.success)
         if not request.success:
             logger.info(
                 "consumer %r failed to pull %s: %s",
-                request.consumer_id, request.request_id, request.reason,
+                request.consumer_id,
+                request.request_id,
+                request.reason,
             )
         return pb.DoneAck(first_report=first)
 
-    async def Check(
-        self, request: pb.HealthCheckRequest, context: grpc.aio.ServicerContext
-    ) -> pb.HealthCheckResponse:
-        status = (
-            pb.HealthCheckResponse.SERVING
-            if self._handler.serving
-            else pb.HealthCheckResponse.NOT_SERVING
-        )
+    async def Check(self, request: pb.HealthCheckRequest, context: grpc.aio.ServicerContext) -> pb.HealthCheckResponse:
+        status = pb.HealthCheckResponse.SERVING if self._handler.serving else pb.HealthCheckResponse.NOT_SERVING
         return pb.HealthCheckResponse(status=status)
 
 
@@ -213,9 +203,7 @@ class KVHandoffServer:
     ) -> None:
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"KVHandoffServer: port must be an int in [0, 65535], got {port!r}")
-        self.handler = KVHandoffHandler(
-            source, on_done, default_chunk_bytes=default_chunk_bytes, corrupt=corrupt
-        )
+        self.handler = KVHandoffHandler(source, on_done, default_chunk_bytes=default_chunk_bytes, corrupt=corrupt)
         self._host = host
         self._port = port
         self._max_message_bytes = max_message_bytes
@@ -257,7 +245,7 @@ class KVHandoffServer:
             await self._server.stop(grace)
             self._server = None
 
-    async def __aenter__(self) -> "KVHandoffServer":
+    async def __aenter__(self) -> KVHandoffServer:
         await self.start()
         return self
 

@@ -45,9 +45,7 @@ def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[st
     ]
 
 
-def tune_malloc_for_bulk_transfer(
-    mmap_threshold: int = 32 * MiB, trim_threshold: int = 256 * MiB
-) -> bool:
+def tune_malloc_for_bulk_transfer(mmap_threshold: int = 32 * MiB, trim_threshold: int = 256 * MiB) -> bool:
     """Stop glibc from mapping and unmapping every large message buffer.
 
     Each 256 KiB–1 MiB message is allocated and freed several times on its
@@ -72,9 +70,7 @@ def tune_malloc_for_bulk_transfer(
     except (OSError, AttributeError):
         return False
     m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's malloc.h
-    return bool(mallopt(m_mmap_threshold, mmap_threshold)) and bool(
-        mallopt(m_trim_threshold, trim_threshold)
-    )
+    return bool(mallopt(m_mmap_threshold, mmap_threshold)) and bool(mallopt(m_trim_threshold, trim_threshold))
 
 
 def validate_chunk_bytes(max_chunk_bytes: int) -> int:

@@ -17,7 +17,7 @@ class KVConnectorMetadata:
 
 
 class KVConnectorBase:
-    def __init__(self, kv_transfer_config: "KVTransferConfig") -> None:
+    def __init__(self, kv_transfer_config: KVTransferConfig) -> None:
         self.kv_transfer_config = kv_transfer_config
 
     @property
@@ -26,23 +26,23 @@ class KVConnectorBase:
         in-flight output instead of finishing on freed blocks."""
         return self.kv_transfer_config.is_kv_producer
 
-    def on_new_request(self, request: "Request") -> None:
+    def on_new_request(self, request: Request) -> None:
         pass
 
-    def get_num_new_matched_tokens(self, request: "Request", num_computed_tokens: int) -> tuple[int | None, bool]:
+    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
         """(external tokens, load asynchronously). None = not yet, ask again."""
         return 0, False
 
-    def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks", num_external_tokens: int) -> None:
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
         pass
 
-    def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
         return KVConnectorMetadata()
 
-    def update_connector_output(self, connector_output: "KVConnectorOutput") -> None:
+    def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
         pass
 
-    def request_finished(self, request: "Request", block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+    def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         """(delay_free, kv_transfer_params) — called once when a request finishes."""
         return False, None
 

@@ -14,7 +14,18 @@ from engine.v0.sequence import Sequence, SequenceGroup, SequenceStatus
 from engine.v0.starvation import StarvationCounters, diagnose
 
 __all__ = [
-    "AllocStatus", "BlockSpaceManagerV1", "CacheConfig", "PreemptionMode", "Scheduler", "SchedulerConfig",
-    "SchedulerOutputs", "Sequence", "SequenceGroup", "SequenceGroupMetadata", "SequenceStatus",
-    "StarvationCounters", "V0SchedulerAdapter", "diagnose",
+    "AllocStatus",
+    "BlockSpaceManagerV1",
+    "CacheConfig",
+    "PreemptionMode",
+    "Scheduler",
+    "SchedulerConfig",
+    "SchedulerOutputs",
+    "Sequence",
+    "SequenceGroup",
+    "SequenceGroupMetadata",
+    "SequenceStatus",
+    "StarvationCounters",
+    "V0SchedulerAdapter",
+    "diagnose",
 ]

@@ -128,15 +128,34 @@ class V0StatsMixin:
         """Once per step, after its update, where vLLM reads its gauges."""
         s = self.scheduler
         cc = self.cache_config
-        self.gauges.sample(self.now, len(s.running), len(s.waiting), len(s.swapped),
-                           cc.num_gpu_blocks - self.get_num_free_gpu_blocks(),
-                           cc.num_cpu_blocks - self.get_num_free_cpu_blocks())
+        self.gauges.sample(
+            self.now,
+            len(s.running),
+            len(s.waiting),
+            len(s.swapped),
+            cc.num_gpu_blocks - self.get_num_free_gpu_blocks(),
+            cc.num_cpu_blocks - self.get_num_free_cpu_blocks(),
+        )
 
     # -- the periodic stats line -------------------------------------------------------
-    def make_stats(self, now: float, num_prompt_tokens_iter: int = 0,
-                   num_generation_tokens_iter: int = 0, num_preemption_iter: int = 0) -> V0Stats:
-        return V0Stats(now, self.num_running, self.num_swapped, self.num_waiting, self.gpu_cache_usage,
-                       self.cpu_cache_usage, num_prompt_tokens_iter, num_generation_tokens_iter, num_preemption_iter)
+    def make_stats(
+        self,
+        now: float,
+        num_prompt_tokens_iter: int = 0,
+        num_generation_tokens_iter: int = 0,
+        num_preemption_iter: int = 0,
+    ) -> V0Stats:
+        return V0Stats(
+            now,
+            self.num_running,
+            self.num_swapped,
+            self.num_waiting,
+            self.gpu_cache_usage,
+            self.cpu_cache_usage,
+            num_prompt_tokens_iter,
+            num_generation_tokens_iter,
+            num_preemption_iter,
+        )
 
     def log_stats(self, now: float) -> str | None:
         """Log the periodic stats line if more than 5 s passed since the last one

@@ -13,6 +13,7 @@ The rules a simulator must copy, because they decide admission and preemption:
 from __future__ import annotations
 
 import enum
+
 from engine.v0.sequence import Sequence, SequenceGroup, SequenceStatus
 
 
@@ -70,8 +71,7 @@ BlockTable = list[int]
 
 
 class BlockSpaceManagerV1:
-    def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int,
-                 watermark: float = 0.01) -> None:
+    def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, watermark: float = 0.01) -> None:
         self.block_size = block_size
         self.num_total_gpu_blocks = num_gpu_blocks
         self.num_total_cpu_blocks = num_cpu_blocks
@@ -137,8 +137,7 @@ class BlockSpaceManagerV1:
     def can_swap_out(self, seq_group: SequenceGroup) -> bool:
         return len(self._group_blocks(seq_group)) <= self.cpu_allocator.get_num_free_blocks()
 
-    def _move(self, seq: Sequence, src: UncachedBlockAllocator,
-              dst: UncachedBlockAllocator) -> list[tuple[int, int]]:
+    def _move(self, seq: Sequence, src: UncachedBlockAllocator, dst: UncachedBlockAllocator) -> list[tuple[int, int]]:
         mapping: list[tuple[int, int]] = []
         new_table: BlockTable = []
         for block in self.block_tables[seq.seq_id]:
@@ -192,8 +191,10 @@ class BlockSpaceManagerV1:
         """Problems with the pools: every block either free or in exactly one
         table of its device, and no block free twice. Empty when all is well."""
         problems = []
-        for allocator, on_device in ((self.gpu_allocator, lambda sid: sid not in self._on_cpu),
-                                     (self.cpu_allocator, lambda sid: sid in self._on_cpu)):
+        for allocator, on_device in (
+            (self.gpu_allocator, lambda sid: sid not in self._on_cpu),
+            (self.cpu_allocator, lambda sid: sid in self._on_cpu),
+        ):
             held = [b for sid, table in self.block_tables.items() if on_device(sid) for b in table]
             free = allocator.free_blocks
             name = allocator.device.name
@@ -202,6 +203,8 @@ class BlockSpaceManagerV1:
             if len(held) != len(set(held)):
                 problems.append(f"a {name} block is in two block tables")
             if len(free) + len(held) != allocator.num_blocks or set(free) & set(held):
-                problems.append(f"{name} blocks not conserved: free {len(free)} + held {len(held)} != "
-                                f"{allocator.num_blocks}, or a held block is also free")
+                problems.append(
+                    f"{name} blocks not conserved: free {len(free)} + held {len(held)} != "
+                    f"{allocator.num_blocks}, or a held block is also free"
+                )
         return problems

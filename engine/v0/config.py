@@ -36,26 +36,43 @@ class SchedulerConfig:
     preemption_mode: str | None = None
 
     def __post_init__(self) -> None:
-        _require(isinstance(self.max_num_seqs, int) and self.max_num_seqs >= 1,
-                 "max_num_seqs", self.max_num_seqs, "an integer >= 1")
-        _require(isinstance(self.max_model_len, int) and self.max_model_len >= 1,
-                 "max_model_len", self.max_model_len, "an integer >= 1")
-        _require(self.preemption_mode in (None, "swap", "recompute"), "preemption_mode",
-                 self.preemption_mode, "null (auto), 'swap' or 'recompute'")
+        _require(
+            isinstance(self.max_num_seqs, int) and self.max_num_seqs >= 1,
+            "max_num_seqs",
+            self.max_num_seqs,
+            "an integer >= 1",
+        )
+        _require(
+            isinstance(self.max_model_len, int) and self.max_model_len >= 1,
+            "max_model_len",
+            self.max_model_len,
+            "an integer >= 1",
+        )
+        _require(
+            self.preemption_mode in (None, "swap", "recompute"),
+            "preemption_mode",
+            self.preemption_mode,
+            "null (auto), 'swap' or 'recompute'",
+        )
         if self.max_num_batched_tokens is None:
             self.max_num_batched_tokens = 512 if self.enable_chunked_prefill else max(self.max_model_len, 2048)
-        _require(isinstance(self.max_num_batched_tokens, int) and self.max_num_batched_tokens >= 1,
-                 "max_num_batched_tokens", self.max_num_batched_tokens, "an integer >= 1 or null (vLLM's default)")
+        _require(
+            isinstance(self.max_num_batched_tokens, int) and self.max_num_batched_tokens >= 1,
+            "max_num_batched_tokens",
+            self.max_num_batched_tokens,
+            "an integer >= 1 or null (vLLM's default)",
+        )
         # vLLM's SchedulerConfig._verify_args, same two rules.
         if self.max_num_batched_tokens < self.max_model_len and not self.enable_chunked_prefill:
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than max_model_len "
                 f"({self.max_model_len}) with enable_chunked_prefill=false; allowed: max_num_batched_tokens >= "
-                "max_model_len, or enable chunked prefill (vLLM 0.5.3 rejects this configuration)")
+                "max_model_len, or enable chunked prefill (vLLM 0.5.3 rejects this configuration)"
+            )
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
-                f"({self.max_num_seqs})")
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs ({self.max_num_seqs})"
+            )
 
     @property
     def chunked_prefill_enabled(self) -> bool:
@@ -73,12 +90,24 @@ class CacheConfig:
     watermark: float = DEFAULT_WATERMARK
 
     def __post_init__(self) -> None:
-        _require(isinstance(self.num_gpu_blocks, int) and self.num_gpu_blocks >= 1,
-                 "num_gpu_blocks", self.num_gpu_blocks, "an integer >= 1")
-        _require(isinstance(self.num_cpu_blocks, int) and self.num_cpu_blocks >= 0,
-                 "num_cpu_blocks", self.num_cpu_blocks, "an integer >= 0 (0 = no swap space)")
-        _require(isinstance(self.block_size, int) and self.block_size >= 1,
-                 "block_size", self.block_size, "an integer >= 1 (vLLM uses 8, 16 or 32)")
+        _require(
+            isinstance(self.num_gpu_blocks, int) and self.num_gpu_blocks >= 1,
+            "num_gpu_blocks",
+            self.num_gpu_blocks,
+            "an integer >= 1",
+        )
+        _require(
+            isinstance(self.num_cpu_blocks, int) and self.num_cpu_blocks >= 0,
+            "num_cpu_blocks",
+            self.num_cpu_blocks,
+            "an integer >= 0 (0 = no swap space)",
+        )
+        _require(
+            isinstance(self.block_size, int) and self.block_size >= 1,
+            "block_size",
+            self.block_size,
+            "an integer >= 1 (vLLM uses 8, 16 or 32)",
+        )
         _require(0.0 <= self.watermark < 1.0, "watermark", self.watermark, "a fraction in [0, 1)")
 
     @staticmethod

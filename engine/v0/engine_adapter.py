@@ -29,8 +29,14 @@ from __future__ import annotations
 import itertools
 import logging
 
-from engine.outputs import (CachedRequestData, EngineCoreOutput, EngineCoreOutputs, ModelRunnerOutput, NewRequestData,
-                            SchedulerOutput)
+from engine.outputs import (
+    CachedRequestData,
+    EngineCoreOutput,
+    EngineCoreOutputs,
+    ModelRunnerOutput,
+    NewRequestData,
+    SchedulerOutput,
+)
 from engine.request import Request, RequestStatus
 from engine.v0.adapter_stats import V0StatsMixin
 from engine.v0.config import CacheConfig, SchedulerConfig
@@ -63,8 +69,14 @@ _TO_REQUEST_STATUS = {
 
 
 class V0SchedulerAdapter(V0StatsMixin):
-    def __init__(self, scheduler_config: SchedulerConfig, cache_config: CacheConfig, *,
-                 start_time: float = 0.0, log_startup: bool = True) -> None:
+    def __init__(
+        self,
+        scheduler_config: SchedulerConfig,
+        cache_config: CacheConfig,
+        *,
+        start_time: float = 0.0,
+        log_startup: bool = True,
+    ) -> None:
         self.scheduler_config = scheduler_config
         self.cache_config = cache_config
         self.scheduler = Scheduler(scheduler_config, cache_config)
@@ -88,8 +100,12 @@ class V0SchedulerAdapter(V0StatsMixin):
         rid = request.request_id
         if rid in self.seq_groups:
             raise ValueError(f"request {rid!r} is already in the v0 scheduler; request ids must be unique")
-        seq = Sequence(next(self._seq_ids), request.prompt_token_ids, self.cache_config.block_size,
-                       eos_token_id=request.eos_token_id)
+        seq = Sequence(
+            next(self._seq_ids),
+            request.prompt_token_ids,
+            self.cache_config.block_size,
+            eos_token_id=request.eos_token_id,
+        )
         group = SequenceGroup(rid, seq, request.arrival_time, request.sampling_params)
         group.request = request
         request.status = RequestStatus.WAITING
@@ -101,8 +117,9 @@ class V0SchedulerAdapter(V0StatsMixin):
         """Abort/finish from outside (client abort, remote error). Unknown or
         already finished ids are ignored, as in v1."""
         if finished_status not in _TO_SEQ_STATUS:
-            raise ValueError(f"finished_status={finished_status!r} is invalid; allowed: "
-                             f"{sorted(s.name for s in _TO_SEQ_STATUS)}")
+            raise ValueError(
+                f"finished_status={finished_status!r} is invalid; allowed: {sorted(s.name for s in _TO_SEQ_STATUS)}"
+            )
         ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
         live = [rid for rid in ids if rid in self.seq_groups]
         self.scheduler.abort_seq_group(live, _TO_SEQ_STATUS[finished_status])
@@ -144,8 +161,9 @@ class V0SchedulerAdapter(V0StatsMixin):
         outs = self._in_flight[2]
         return bool(outs.ignored_seq_groups or outs.preempted)
 
-    def get_swap_mappings(self, scheduler_output: SchedulerOutput) -> tuple[list[tuple[int, int]],
-                                                                          list[tuple[int, int]]]:
+    def get_swap_mappings(
+        self, scheduler_output: SchedulerOutput
+    ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """The block copies the worker performs before running this step:
         (blocks_to_swap_out as (gpu, cpu), blocks_to_swap_in as (cpu, gpu))."""
         if self._in_flight is None or self._in_flight[0] is not scheduler_output:
@@ -156,8 +174,10 @@ class V0SchedulerAdapter(V0StatsMixin):
     def schedule(self, now: float | None = None) -> SchedulerOutput:
         if self._in_flight is not None:
             if self._in_flight[2].scheduled_seq_groups or self.step_needs_update(self._in_flight[0]):
-                raise RuntimeError("the v0 scheduler runs at depth 1: call update_from_output() for the previous "
-                                   "SchedulerOutput before scheduling again")
+                raise RuntimeError(
+                    "the v0 scheduler runs at depth 1: call update_from_output() for the previous "
+                    "SchedulerOutput before scheduling again"
+                )
             self._in_flight = None  # an empty step the engine loop dropped: nothing to update
         if now is not None:  # driven by hand; the engine loop calls advance_clock() instead
             self.now = now
@@ -231,11 +251,14 @@ class V0SchedulerAdapter(V0StatsMixin):
         self.last_scheduler_outputs = outs
         return out
 
-    def update_from_output(self, scheduler_output: SchedulerOutput,
-                           model_runner_output: ModelRunnerOutput) -> dict[int, EngineCoreOutputs]:
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> dict[int, EngineCoreOutputs]:
         if self._in_flight is None or self._in_flight[0] is not scheduler_output:
-            raise RuntimeError("update_from_output() must receive the SchedulerOutput of the last schedule() "
-                               "(the v0 scheduler runs at depth 1)")
+            raise RuntimeError(
+                "update_from_output() must receive the SchedulerOutput of the last schedule() "
+                "(the v0 scheduler runs at depth 1)"
+            )
         _, plan, outs = self._in_flight
         self._in_flight = None
         max_model_len = self.scheduler_config.max_model_len
@@ -275,8 +298,10 @@ class V0SchedulerAdapter(V0StatsMixin):
                 continue
             sampled = sampled_token_ids[req_id_to_index[rid]] if rid in req_id_to_index else []
             if len(sampled) != 1:
-                raise ValueError(f"request {rid!r} samples this step and needs exactly one sampled token "
-                                 f"(v0 has no speculative decoding); got {sampled!r}")
+                raise ValueError(
+                    f"request {rid!r} samples this step and needs exactly one sampled token "
+                    f"(v0 has no speculative decoding); got {sampled!r}"
+                )
             token = sampled[0]
             num_generation_tokens += 1
             seq.output_token_ids.append(token)  # Sequence.append_token_id and
@@ -288,16 +313,27 @@ class V0SchedulerAdapter(V0StatsMixin):
             sp = group.sampling_params
             # Only these can stop a sequence (min_tokens only holds a stop back):
             # the full check runs when one of them holds.
-            if (token == seq.eos_token_id or seq._len > max_model_len or len(seq.output_token_ids) == sp.max_tokens
-                    or (sp.stop_token_ids and token in sp.stop_token_ids)):
+            if (
+                token == seq.eos_token_id
+                or seq._len > max_model_len
+                or len(seq.output_token_ids) == sp.max_tokens
+                or (sp.stop_token_ids and token in sp.stop_token_ids)
+            ):
                 maybe_stop_sequence(seq, sp, max_model_len)
             if seq.status > swapped:
                 free_seq(seq)
                 request.stop_reason = seq.stop_reason
                 group.finished_time = now
                 finished_ids.add(rid)
-                outputs.append(EngineCoreOutput(rid, sampled, SequenceStatus.get_finished_reason(seq.status),
-                                                seq.stop_reason, num_preemptions=request.num_preemptions))
+                outputs.append(
+                    EngineCoreOutput(
+                        rid,
+                        sampled,
+                        SequenceStatus.get_finished_reason(seq.status),
+                        seq.stop_reason,
+                        num_preemptions=request.num_preemptions,
+                    )
+                )
             else:
                 outputs.append(EngineCoreOutput(rid, sampled))
         if finished_ids:
@@ -308,8 +344,9 @@ class V0SchedulerAdapter(V0StatsMixin):
             self._retire(rid, _TO_REQUEST_STATUS[self.seq_groups[rid].seq.status])
         for group in outs.ignored_seq_groups:
             assert group.request is not None  # add_request sets it before queueing the group
-            outputs.append(EngineCoreOutput(group.request_id, [], "length",
-                                            num_preemptions=group.request.num_preemptions))
+            outputs.append(
+                EngineCoreOutput(group.request_id, [], "length", num_preemptions=group.request.num_preemptions)
+            )
             finished_ids.add(group.request_id)
         self.stat_logger.record(num_prompt_tokens, num_generation_tokens)
         self._sample_gauges()

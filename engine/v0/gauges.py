@@ -30,8 +30,15 @@ class QueueGauges:
         self.waiting_nonempty_longest = 0.0
         self.waiting_drains = 0
 
-    def sample(self, now: float, num_running: int, num_waiting: int, num_swapped: int,
-               gpu_blocks_used: int, cpu_blocks_used: int) -> None:
+    def sample(
+        self,
+        now: float,
+        num_running: int,
+        num_waiting: int,
+        num_swapped: int,
+        gpu_blocks_used: int,
+        cpu_blocks_used: int,
+    ) -> None:
         self.num_steps += 1
         if num_running > self.num_running_peak:
             self.num_running_peak = num_running

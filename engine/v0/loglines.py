@@ -38,16 +38,17 @@ def format_prompt_exceeds_capacity(num_tokens: int) -> str:
 
 
 def format_swap_in_infeasible(request_id: str) -> str:
-    return ("Failing the request %s because there's not enough kv cache blocks to run the entire sequence."
-            % request_id)
+    return "Failing the request %s because there's not enough kv cache blocks to run the entire sequence." % request_id
 
 
 def format_preemption_warning(request_id: str, preemption_mode: object, total_num_cumulative_preemption: int) -> str:
     """`preemption_mode` prints as vLLM's enum does: `PreemptionMode.RECOMPUTE`."""
-    return ("Sequence group %s is preempted by %s mode because there is not enough KV cache space. "
-            "This can affect the end-to-end performance. Increase gpu_memory_utilization or "
-            "tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption=%d"
-            % (request_id, preemption_mode, total_num_cumulative_preemption))
+    return (
+        "Sequence group %s is preempted by %s mode because there is not enough KV cache space. "
+        "This can affect the end-to-end performance. Increase gpu_memory_utilization or "
+        "tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption=%d"
+        % (request_id, preemption_mode, total_num_cumulative_preemption)
+    )
 
 
 def should_warn_preemption(num_cumulative_preemption_before: int) -> bool:
@@ -55,14 +56,30 @@ def should_warn_preemption(num_cumulative_preemption_before: int) -> bool:
     return num_cumulative_preemption_before % PREEMPTION_WARNING_EVERY == 0
 
 
-def format_engine_stats(prompt_throughput: float, generation_throughput: float, num_running: int,
-                        num_swapped: int, num_waiting: int, gpu_cache_usage: float, cpu_cache_usage: float) -> str:
+def format_engine_stats(
+    prompt_throughput: float,
+    generation_throughput: float,
+    num_running: int,
+    num_swapped: int,
+    num_waiting: int,
+    gpu_cache_usage: float,
+    cpu_cache_usage: float,
+) -> str:
     """Usages are fractions in [0, 1]; printed as percentages like vLLM."""
-    return ("Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, "
-            "Running: %d reqs, Swapped: %d reqs, Pending: %d reqs, GPU KV cache usage: %.1f%%, "
-            "CPU KV cache usage: %.1f%%."
-            % (prompt_throughput, generation_throughput, num_running, num_swapped, num_waiting,
-               gpu_cache_usage * 100, cpu_cache_usage * 100))
+    return (
+        "Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, "
+        "Running: %d reqs, Swapped: %d reqs, Pending: %d reqs, GPU KV cache usage: %.1f%%, "
+        "CPU KV cache usage: %.1f%%."
+        % (
+            prompt_throughput,
+            generation_throughput,
+            num_running,
+            num_swapped,
+            num_waiting,
+            gpu_cache_usage * 100,
+            cpu_cache_usage * 100,
+        )
+    )
 
 
 @dataclass
@@ -86,8 +103,9 @@ class V0StatLogger:
     stats line is logged when more than `local_interval` seconds passed since the
     last line (throughput = tokens recorded since then / elapsed time)."""
 
-    def __init__(self, start_time: float, local_interval: float = LOCAL_LOGGING_INTERVAL_SEC,
-                 log: logging.Logger | None = None) -> None:
+    def __init__(
+        self, start_time: float, local_interval: float = LOCAL_LOGGING_INTERVAL_SEC, log: logging.Logger | None = None
+    ) -> None:
         if local_interval <= 0:
             raise ValueError(f"local_interval={local_interval!r} is invalid; allowed: seconds > 0")
         self.last_local_log = start_time
@@ -106,9 +124,15 @@ class V0StatLogger:
         elapsed = stats.now - self.last_local_log
         if not elapsed > self.local_interval:
             return None
-        line = format_engine_stats(self.num_prompt_tokens / elapsed, self.num_generation_tokens / elapsed,
-                                   stats.num_running, stats.num_swapped, stats.num_waiting,
-                                   stats.gpu_cache_usage, stats.cpu_cache_usage)
+        line = format_engine_stats(
+            self.num_prompt_tokens / elapsed,
+            self.num_generation_tokens / elapsed,
+            stats.num_running,
+            stats.num_swapped,
+            stats.num_waiting,
+            stats.gpu_cache_usage,
+            stats.cpu_cache_usage,
+        )
         self._logger.info(line)
         self.num_prompt_tokens = 0
         self.num_generation_tokens = 0

@@ -9,7 +9,7 @@ A registry whose only entry is `fcfs`, and no switch: the scheduler asks for
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable
+from collections.abc import Iterable
 
 from engine.v0.sequence import SequenceGroup
 
@@ -43,4 +43,5 @@ class PolicyFactory:
         except KeyError:
             raise ValueError(
                 f"policy_name={policy_name!r} is invalid; allowed: {sorted(cls._POLICY_REGISTRY)} "
-                "(vLLM 0.5.3's v0 scheduler has no other policy)") from None
+                "(vLLM 0.5.3's v0 scheduler has no other policy)"
+            ) from None

@@ -22,13 +22,25 @@ from itertools import islice
 from engine.v0 import starvation
 from engine.v0.block_manager import AllocStatus, BlockSpaceManagerV1
 from engine.v0.config import CacheConfig, SchedulerConfig
-from engine.v0.loglines import (LOGGER_NAME, format_chunked_prefill_enabled, format_preemption_warning,
-                                format_prompt_exceeds_capacity, format_prompt_too_long,
-                                format_swap_in_infeasible, should_warn_preemption)
+from engine.v0.loglines import (
+    LOGGER_NAME,
+    format_chunked_prefill_enabled,
+    format_preemption_warning,
+    format_prompt_exceeds_capacity,
+    format_prompt_too_long,
+    format_swap_in_infeasible,
+    should_warn_preemption,
+)
 from engine.v0.policy import Policy, PolicyFactory
-from engine.v0.scheduler_outputs import (ScheduledSequenceGroup, SchedulerOutputs, SchedulerPrefillOutputs,
-                                         SchedulerRunningOutputs, SchedulerSwappedInOutputs, SchedulingBudget,
-                                         SequenceGroupMetadata)
+from engine.v0.scheduler_outputs import (
+    ScheduledSequenceGroup,
+    SchedulerOutputs,
+    SchedulerPrefillOutputs,
+    SchedulerRunningOutputs,
+    SchedulerSwappedInOutputs,
+    SchedulingBudget,
+    SequenceGroupMetadata,
+)
 from engine.v0.sequence import Sequence, SequenceGroup, SequenceStage, SequenceStatus
 
 logger = logging.getLogger(LOGGER_NAME)
@@ -51,8 +63,9 @@ class Scheduler:
     def __init__(self, scheduler_config: SchedulerConfig, cache_config: CacheConfig) -> None:
         self.scheduler_config = scheduler_config
         self.cache_config = cache_config
-        self.block_manager = BlockSpaceManagerV1(cache_config.block_size, cache_config.num_gpu_blocks,
-                                                 cache_config.num_cpu_blocks, cache_config.watermark)
+        self.block_manager = BlockSpaceManagerV1(
+            cache_config.block_size, cache_config.num_gpu_blocks, cache_config.num_cpu_blocks, cache_config.watermark
+        )
         self.waiting: deque[SequenceGroup] = deque()
         self.running: deque[SequenceGroup] = deque()
         self.swapped: deque[SequenceGroup] = deque()
@@ -71,8 +84,9 @@ class Scheduler:
     def add_seq_group(self, seq_group: SequenceGroup) -> None:
         self.waiting.append(seq_group)
 
-    def abort_seq_group(self, request_id: str | list[str] | set[str],
-                        status: SequenceStatus = SequenceStatus.FINISHED_ABORTED) -> None:
+    def abort_seq_group(
+        self, request_id: str | list[str] | set[str], status: SequenceStatus = SequenceStatus.FINISHED_ABORTED
+    ) -> None:
         """Removes the groups from whichever queue holds them and frees their blocks."""
         request_ids = {request_id} if isinstance(request_id, str) else set(request_id)
         for queue in (self.waiting, self.running, self.swapped):
@@ -97,8 +111,13 @@ class Scheduler:
         return ids
 
     # -- the three phases --------------------------------------------------------
-    def _schedule_running(self, running_queue: deque[SequenceGroup], budget: SchedulingBudget, policy: Policy,
-                          enable_chunking: bool = False) -> tuple[deque[SequenceGroup], SchedulerRunningOutputs]:
+    def _schedule_running(
+        self,
+        running_queue: deque[SequenceGroup],
+        budget: SchedulingBudget,
+        policy: Policy,
+        enable_chunking: bool = False,
+    ) -> tuple[deque[SequenceGroup], SchedulerRunningOutputs]:
         out = SchedulerRunningOutputs()
         running_queue = policy.sort_by_priority(self._now, running_queue)
         # This loop visits every running group every step: the n=1 cases of
@@ -149,8 +168,13 @@ class Scheduler:
                     budget.add_num_seqs(seq_group.request_id, 1)
         return running_queue, out
 
-    def _schedule_swapped(self, swapped_queue: deque[SequenceGroup], budget: SchedulingBudget, policy: Policy,
-                          enable_chunking: bool = False) -> tuple[deque[SequenceGroup], SchedulerSwappedInOutputs]:
+    def _schedule_swapped(
+        self,
+        swapped_queue: deque[SequenceGroup],
+        budget: SchedulingBudget,
+        policy: Policy,
+        enable_chunking: bool = False,
+    ) -> tuple[deque[SequenceGroup], SchedulerSwappedInOutputs]:
         out = SchedulerSwappedInOutputs()
         swapped_queue = policy.sort_by_priority(self._now, swapped_queue)
         while swapped_queue:
@@ -188,8 +212,9 @@ class Scheduler:
         assert cfg.max_num_batched_tokens is not None  # resolved by SchedulerConfig.__post_init__
         return min(cfg.max_model_len, cfg.max_num_batched_tokens)
 
-    def _schedule_prefills(self, waiting_queue: deque[SequenceGroup], budget: SchedulingBudget,
-                           enable_chunking: bool = False) -> tuple[deque[SequenceGroup], SchedulerPrefillOutputs]:
+    def _schedule_prefills(
+        self, waiting_queue: deque[SequenceGroup], budget: SchedulingBudget, enable_chunking: bool = False
+    ) -> tuple[deque[SequenceGroup], SchedulerPrefillOutputs]:
         out = SchedulerPrefillOutputs()
         waiting_queue = deque(waiting_queue)  # the caller's queue stays untouched
         while waiting_queue:
@@ -207,8 +232,9 @@ class Scheduler:
                 continue
             can_allocate = self.block_manager.can_allocate(seq_group)
             if can_allocate == AllocStatus.LATER:  # rule 2: head-of-line blocking
-                starvation.probe_head_of_line(self, seq_group, islice(waiting_queue, 1, None), budget,
-                                              enable_chunking, alloc_later=True)
+                starvation.probe_head_of_line(
+                    self, seq_group, islice(waiting_queue, 1, None), budget, enable_chunking, alloc_later=True
+                )
                 break
             if can_allocate == AllocStatus.NEVER:
                 logger.warning(format_prompt_exceeds_capacity(num_new_tokens))
@@ -216,8 +242,9 @@ class Scheduler:
                 continue
             num_new_seqs = seq_group.get_max_num_running_seqs()
             if num_new_tokens == 0 or not budget.can_schedule(num_new_tokens=num_new_tokens, num_new_seqs=num_new_seqs):
-                starvation.probe_head_of_line(self, seq_group, islice(waiting_queue, 1, None), budget,
-                                              enable_chunking, alloc_later=False)
+                starvation.probe_head_of_line(
+                    self, seq_group, islice(waiting_queue, 1, None), budget, enable_chunking, alloc_later=False
+                )
                 break
             waiting_queue.popleft()
             self._allocate_and_set_running(seq_group)
@@ -279,8 +306,9 @@ class Scheduler:
         budget = SchedulingBudget(cfg.max_num_batched_tokens, cfg.max_num_seqs)
         remaining_swapped, swapped_in = self.swapped, SchedulerSwappedInOutputs()
         fcfs_policy = PolicyFactory.get_policy(policy_name="fcfs")
-        remaining_running, running_scheduled = self._schedule_running(self.running, budget, fcfs_policy,
-                                                                      enable_chunking=True)
+        remaining_running, running_scheduled = self._schedule_running(
+            self.running, budget, fcfs_policy, enable_chunking=True
+        )
         if len(running_scheduled.preempted) + len(running_scheduled.swapped_out) == 0:
             remaining_swapped, swapped_in = self._schedule_swapped(self.swapped, budget, fcfs_policy)
         remaining_waiting, prefills = self._schedule_prefills(self.waiting, budget, enable_chunking=True)
@@ -300,13 +328,24 @@ class Scheduler:
         self.swapped.extend(running_scheduled.swapped_out)
         return self._outputs(prefills, running_scheduled, swapped_in, budget)
 
-    def _outputs(self, prefills: SchedulerPrefillOutputs, running: SchedulerRunningOutputs,
-                 swapped_in: SchedulerSwappedInOutputs, budget: SchedulingBudget) -> SchedulerOutputs:
+    def _outputs(
+        self,
+        prefills: SchedulerPrefillOutputs,
+        running: SchedulerRunningOutputs,
+        swapped_in: SchedulerSwappedInOutputs,
+        budget: SchedulingBudget,
+    ) -> SchedulerOutputs:
         return SchedulerOutputs(
-            scheduled_seq_groups=(prefills.seq_groups + running.prefill_seq_groups + swapped_in.prefill_seq_groups
-                                  + running.decode_seq_groups + swapped_in.decode_seq_groups),
-            num_prefill_groups=(len(prefills.seq_groups) + len(swapped_in.prefill_seq_groups)
-                                + len(running.prefill_seq_groups)),
+            scheduled_seq_groups=(
+                prefills.seq_groups
+                + running.prefill_seq_groups
+                + swapped_in.prefill_seq_groups
+                + running.decode_seq_groups
+                + swapped_in.decode_seq_groups
+            ),
+            num_prefill_groups=(
+                len(prefills.seq_groups) + len(swapped_in.prefill_seq_groups) + len(running.prefill_seq_groups)
+            ),
             num_batched_tokens=budget.num_batched_tokens,
             blocks_to_swap_in=swapped_in.blocks_to_swap_in,
             blocks_to_swap_out=running.blocks_to_swap_out,
@@ -351,10 +390,15 @@ class Scheduler:
             seq_group = scheduled.seq_group
             seq = seq_group.seqs[0]
             is_prompt = seq._stage is SequenceStage.PREFILL
-            metadata.append(SequenceGroupMetadata(
-                seq_group.request_id, is_prompt, samples(seq, is_prompt, scheduled.token_chunk_size),
-                scheduled.token_chunk_size,
-                {seq.seq_id: tables[seq.seq_id]} if seq.status is SequenceStatus.RUNNING else {}))
+            metadata.append(
+                SequenceGroupMetadata(
+                    seq_group.request_id,
+                    is_prompt,
+                    samples(seq, is_prompt, scheduled.token_chunk_size),
+                    scheduled.token_chunk_size,
+                    {seq.seq_id: tables[seq.seq_id]} if seq.status is SequenceStatus.RUNNING else {},
+                )
+            )
         return metadata, scheduler_outputs
 
     # -- block bookkeeping ---------------------------------------------------------
@@ -382,8 +426,7 @@ class Scheduler:
     def _preempt(self, seq_group: SequenceGroup, blocks_to_swap_out: list[tuple[int, int]]) -> PreemptionMode:
         if self.user_specified_preemption_mode is None:
             # One running sequence can be recomputed; vLLM swaps multi-sequence groups.
-            mode = (PreemptionMode.RECOMPUTE if seq_group.get_max_num_running_seqs() == 1
-                    else PreemptionMode.SWAP)
+            mode = PreemptionMode.RECOMPUTE if seq_group.get_max_num_running_seqs() == 1 else PreemptionMode.SWAP
         elif self.user_specified_preemption_mode == "swap":
             mode = PreemptionMode.SWAP
         else:
@@ -414,14 +457,16 @@ class Scheduler:
     def _swap_out(self, seq_group: SequenceGroup, blocks_to_swap_out: list[tuple[int, int]]) -> None:
         if not self.block_manager.can_swap_out(seq_group):
             # vLLM aborts the whole engine here; there is no fallback to recompute.
-            raise RuntimeError("Aborted due to the lack of CPU swap space. Please increase "
-                               "the swap space to avoid this error.")
+            raise RuntimeError(
+                "Aborted due to the lack of CPU swap space. Please increase the swap space to avoid this error."
+            )
         blocks_to_swap_out.extend(self.block_manager.swap_out(seq_group))
         for seq in seq_group.get_seqs(status=SequenceStatus.RUNNING):
             seq.status = SequenceStatus.SWAPPED
 
-    def _get_num_new_tokens(self, seq_group: SequenceGroup, status: SequenceStatus, enable_chunking: bool,
-                            budget: SchedulingBudget) -> int:
+    def _get_num_new_tokens(
+        self, seq_group: SequenceGroup, status: SequenceStatus, enable_chunking: bool, budget: SchedulingBudget
+    ) -> int:
         """The group's new tokens; with chunking, cut to the budget left (may be 0)."""
         seqs = seq_group.get_seqs(status=status)
         num_new_tokens = sum(seq.get_num_new_tokens() for seq in seqs)

@@ -25,8 +25,10 @@ class SchedulingBudget:
 
     def can_schedule(self, *, num_new_tokens: int, num_new_seqs: int) -> bool:
         assert num_new_tokens != 0 and num_new_seqs != 0
-        return (self._num_batched_tokens + num_new_tokens <= self.token_budget
-                and self._num_curr_seqs + num_new_seqs <= self.max_num_seqs)
+        return (
+            self._num_batched_tokens + num_new_tokens <= self.token_budget
+            and self._num_curr_seqs + num_new_seqs <= self.max_num_seqs
+        )
 
     def remaining_token_budget(self) -> int:
         return self.token_budget - self._num_batched_tokens
@@ -109,8 +111,12 @@ class SchedulerOutputs:
 
     def is_empty(self) -> bool:
         # Like vLLM, ignored groups do not make an output non-empty.
-        return (not self.scheduled_seq_groups and not self.blocks_to_swap_in
-                and not self.blocks_to_swap_out and not self.blocks_to_copy)
+        return (
+            not self.scheduled_seq_groups
+            and not self.blocks_to_swap_in
+            and not self.blocks_to_swap_out
+            and not self.blocks_to_copy
+        )
 
 
 @dataclass

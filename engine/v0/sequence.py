@@ -9,7 +9,7 @@ kept as ids because stop checks read them; the prompt may be a range of ids.
 from __future__ import annotations
 
 import enum
-from typing import Sequence as Seq
+from collections.abc import Sequence as Seq
 
 from engine.request import Request, SamplingParams
 
@@ -26,11 +26,11 @@ class SequenceStatus(enum.IntEnum):
     FINISHED_IGNORED = 6
 
     @staticmethod
-    def is_finished(status: "SequenceStatus") -> bool:
+    def is_finished(status: SequenceStatus) -> bool:
         return status > SequenceStatus.SWAPPED
 
     @staticmethod
-    def get_finished_reason(status: "SequenceStatus") -> str | None:
+    def get_finished_reason(status: SequenceStatus) -> str | None:
         # An ignored prompt exceeded a length limit, so OpenAI's "length".
         return {
             SequenceStatus.FINISHED_STOPPED: "stop",
@@ -48,8 +48,9 @@ class SequenceStage(enum.Enum):
 class Sequence:
     """One token sequence with its computed-token cursor (`SequenceData` folded in)."""
 
-    def __init__(self, seq_id: int, prompt_token_ids: Seq[int], block_size: int,
-                 eos_token_id: int | None = None) -> None:
+    def __init__(
+        self, seq_id: int, prompt_token_ids: Seq[int], block_size: int, eos_token_id: int | None = None
+    ) -> None:
         if len(prompt_token_ids) == 0:
             raise ValueError(f"sequence {seq_id}: the prompt must hold at least one token")
         self.seq_id = seq_id
@@ -119,15 +120,16 @@ class Sequence:
         return SequenceStatus.is_finished(self.status)
 
     def __repr__(self) -> str:
-        return (f"Sequence(seq_id={self.seq_id}, status={self.status.name}, "
-                f"num_blocks={self.n_blocks}, len={self.get_len()})")
+        return (
+            f"Sequence(seq_id={self.seq_id}, status={self.status.name}, "
+            f"num_blocks={self.n_blocks}, len={self.get_len()})"
+        )
 
 
 class SequenceGroup:
     """A request: one sequence (n=1), its sampling parameters and timings."""
 
-    def __init__(self, request_id: str, seq: Sequence, arrival_time: float,
-                 sampling_params: SamplingParams) -> None:
+    def __init__(self, request_id: str, seq: Sequence, arrival_time: float, sampling_params: SamplingParams) -> None:
         self.request_id = request_id
         self.seqs = [seq]
         self.arrival_time = arrival_time

@@ -37,9 +37,10 @@ dominant path (ties in that order).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from engine.v0.sequence import SequenceGroup, SequenceStatus
 
@@ -76,8 +77,13 @@ class StarvationCounters:
         return asdict(self)
 
 
-def _admissible(sched: "Scheduler", groups: Iterable[SequenceGroup], budget: "SchedulingBudget",
-                enable_chunking: bool, stop_at_first_misfit: bool) -> int:
+def _admissible(
+    sched: Scheduler,
+    groups: Iterable[SequenceGroup],
+    budget: SchedulingBudget,
+    enable_chunking: bool,
+    stop_at_first_misfit: bool,
+) -> int:
     """How many of `groups` a prefill pass would admit now, without admitting them."""
     bm = sched.block_manager
     free = bm.get_num_free_gpu_blocks()
@@ -107,8 +113,14 @@ def _admissible(sched: "Scheduler", groups: Iterable[SequenceGroup], budget: "Sc
     return admitted
 
 
-def probe_head_of_line(sched: "Scheduler", head: SequenceGroup, behind: Iterable[SequenceGroup],
-                       budget: "SchedulingBudget", enable_chunking: bool, alloc_later: bool) -> None:
+def probe_head_of_line(
+    sched: Scheduler,
+    head: SequenceGroup,
+    behind: Iterable[SequenceGroup],
+    budget: SchedulingBudget,
+    enable_chunking: bool,
+    alloc_later: bool,
+) -> None:
     n = _admissible(sched, behind, budget, enable_chunking, stop_at_first_misfit=False)
     if n == 0:
         return
@@ -122,16 +134,18 @@ def probe_head_of_line(sched: "Scheduler", head: SequenceGroup, behind: Iterable
     c.head_of_line_blockers[head.request_id] = c.head_of_line_blockers.get(head.request_id, 0) + 1
 
 
-def probe_swap_priority(sched: "Scheduler", budget: "SchedulingBudget") -> None:
+def probe_swap_priority(sched: Scheduler, budget: SchedulingBudget) -> None:
     c = sched.starvation
     c.swap_priority_events += 1
     c.swap_priority_waiting += len(sched.waiting)
-    c.swap_priority_bypassable += _admissible(sched, sched.waiting, budget, enable_chunking=False,
-                                              stop_at_first_misfit=True)
+    c.swap_priority_bypassable += _admissible(
+        sched, sched.waiting, budget, enable_chunking=False, stop_at_first_misfit=True
+    )
 
 
-def record_reinsertions(sched: "Scheduler", victims: list[SequenceGroup],
-                        remaining_waiting: Iterable[SequenceGroup]) -> None:
+def record_reinsertions(
+    sched: Scheduler, victims: list[SequenceGroup], remaining_waiting: Iterable[SequenceGroup]
+) -> None:
     if not victims:
         return
     waiting = list(remaining_waiting)
@@ -159,7 +173,8 @@ def diagnose(counters: StarvationCounters | dict) -> tuple[str, str]:
         f"overtaking {c.recompute_overtaken} waiting requests "
         f"({c.recompute_overtaken_earlier_arrivals} of them earlier arrivals); "
         f"swap-priority: {c.swap_priority_events} steps skipped prefill while swapped was non-empty "
-        f"({c.swap_priority_waiting} waiting request-steps, {c.swap_priority_bypassable} admissible)")
+        f"({c.swap_priority_waiting} waiting request-steps, {c.swap_priority_bypassable} admissible)"
+    )
     total = sum(scores.values())
     if total == 0:
         return NO_STARVATION, "no starvation-path events. " + detail
@@ -169,6 +184,7 @@ def diagnose(counters: StarvationCounters | dict) -> tuple[str, str]:
     if dominant == HEAD_OF_LINE and c.head_of_line_blockers:
         top = max(c.head_of_line_blockers.items(), key=lambda kv: kv[1])
         blockers = f" The worst blocking head was request {top[0]!r} ({top[1]} steps)."
-    return dominant, (f"{dominant} dominates with {scores[dominant]} of {total} held-back request-steps "
-                      f"({share:.1f}%).{blockers} " + detail)
-
+    return dominant, (
+        f"{dominant} dominates with {scores[dominant]} of {total} held-back request-steps "
+        f"({share:.1f}%).{blockers} " + detail
+    )

@@ -21,8 +21,14 @@ from engine.v0.stop_checker import maybe_stop_sequence
 _seq_ids = itertools.count()
 
 
-def make_seq_group(request_id: str, prompt_len: int, max_tokens: int = 16, arrival_time: float = 0.0,
-                   block_size: int = 16, ignore_eos: bool = True) -> SequenceGroup:
+def make_seq_group(
+    request_id: str,
+    prompt_len: int,
+    max_tokens: int = 16,
+    arrival_time: float = 0.0,
+    block_size: int = 16,
+    ignore_eos: bool = True,
+) -> SequenceGroup:
     seq = Sequence(next(_seq_ids), list(range(prompt_len)), block_size)
     return SequenceGroup(request_id, seq, arrival_time, SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos))
 

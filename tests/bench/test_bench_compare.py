@@ -27,11 +27,15 @@ def make_results():
     out = []
     for variant, reps in RUNS.items():
         for rep, (pre, zp, ttft) in enumerate(reps):
-            rec = RequestRecord("a", 0.0, 10, 2, token_times=[ttft, ttft + 0.1], finish_time=ttft + 0.1,
-                                finish_reason="length")
+            rec = RequestRecord(
+                "a", 0.0, 10, 2, token_times=[ttft, ttft + 0.1], finish_time=ttft + 0.1, finish_reason="length"
+            )
             counters = {"n0": {"num_preemptions": pre, "num_zero_progress_preemptions": zp}}
-            out.append(build_result(records=[rec], scenario="s", variant=variant, clock="virtual", repeat=rep,
-                                    counters_by_node=counters))
+            out.append(
+                build_result(
+                    records=[rec], scenario="s", variant=variant, clock="virtual", repeat=rep, counters_by_node=counters
+                )
+            )
     return out
 
 
@@ -63,13 +67,16 @@ def test_summary_mean_std_and_paired_ratio():
 
 
 def test_all_thresholds_pass_exit_0(result_dir):
-    code, out = run([result_dir], [
-        "num_zero_progress_preemptions[fixed] == 0",
-        "num_preemptions[prefix] / num_preemptions[fixed] >= 10",
-        "p99_ttft_ms[fixed] <= 2000",
-        "max(num_preemptions[fixed]) == 4",
-        "min(num_zero_progress_preemptions[prefix]) > 0",
-    ])
+    code, out = run(
+        [result_dir],
+        [
+            "num_zero_progress_preemptions[fixed] == 0",
+            "num_preemptions[prefix] / num_preemptions[fixed] >= 10",
+            "p99_ttft_ms[fixed] <= 2000",
+            "max(num_preemptions[fixed]) == 4",
+            "min(num_zero_progress_preemptions[prefix]) > 0",
+        ],
+    )
     assert code == 0, out
     assert "5 passed, 0 failed" in out and "FAIL" not in out
 
@@ -81,12 +88,15 @@ def test_failing_threshold_exit_1_and_named(result_dir):
     assert "FAIL" in out and "num_zero_progress_preemptions[prefix] == 0" in out
 
 
-@pytest.mark.parametrize("threshold, message", [
-    ("p99_ttft_ms[fixed] <=", "expected a number, metric[variant]"),
-    ("p99_tfft_ms[fixed] <= 1", "unknown metric 'p99_tfft_ms' for variant 'fixed'; did you mean p99_ttft_ms"),
-    ("p99_ttft_ms[fixd] <= 1", "unknown variant 'fixd'; known: fixed, prefix"),
-    ("__import__('os')[x] > 1", "unexpected character"),
-])
+@pytest.mark.parametrize(
+    "threshold, message",
+    [
+        ("p99_ttft_ms[fixed] <=", "expected a number, metric[variant]"),
+        ("p99_tfft_ms[fixed] <= 1", "unknown metric 'p99_tfft_ms' for variant 'fixed'; did you mean p99_ttft_ms"),
+        ("p99_ttft_ms[fixd] <= 1", "unknown variant 'fixd'; known: fixed, prefix"),
+        ("__import__('os')[x] > 1", "unexpected character"),
+    ],
+)
 def test_bad_threshold_exit_2(result_dir, threshold, message):
     code, out = run([result_dir], [threshold])
     assert code == 2
@@ -112,10 +122,13 @@ def test_arithmetic_precedence_and_division_by_zero():
     [o] = evaluate_thresholds(results, ["(1 + 2) * 3 == 9"])
     assert o.passed
     # mean zero-progress of fixed is 0: x / 0 is +inf for x > 0, and 0 / 0 is NaN which fails everything.
-    inf, nan = evaluate_thresholds(results, [
-        "num_preemptions[prefix] / num_zero_progress_preemptions[fixed] >= 10",
-        "num_zero_progress_preemptions[fixed] / num_zero_progress_preemptions[fixed] >= 0",
-    ])
+    inf, nan = evaluate_thresholds(
+        results,
+        [
+            "num_preemptions[prefix] / num_zero_progress_preemptions[fixed] >= 10",
+            "num_zero_progress_preemptions[fixed] / num_zero_progress_preemptions[fixed] >= 0",
+        ],
+    )
     assert inf.passed and inf.lhs == float("inf")
     assert not nan.passed
 
@@ -132,6 +145,6 @@ def test_parse_errors_point_at_the_column():
 
 def test_every_comparator_at_its_boundary():
     # max num_preemptions of fixed is exactly 4.
-    texts = ["max(num_preemptions[fixed]) {} 4".format(op) for op in ("==", "!=", "<=", ">=", "<", ">")]
+    texts = [f"max(num_preemptions[fixed]) {op} 4" for op in ("==", "!=", "<=", ">=", "<", ">")]
     outcomes = evaluate_thresholds(make_results(), texts)
     assert [o.passed for o in outcomes] == [True, False, True, True, False, False]

@@ -11,15 +11,39 @@ EXACT = dict(rel=1e-12, abs=1e-9)
 def hand_records() -> list[RequestRecord]:
     return [
         # ttft 1.0, e2el 2.5, itls 0.5 and 1.0, tpot (2.5 - 1.0) / 2 = 0.75, queue 0.5
-        RequestRecord("r1", arrival_time=0.0, prompt_len=10, max_tokens=3, first_scheduled_time=0.5,
-                      token_times=[1.0, 1.5, 2.5], finish_time=2.5, finish_reason="length"),
+        RequestRecord(
+            "r1",
+            arrival_time=0.0,
+            prompt_len=10,
+            max_tokens=3,
+            first_scheduled_time=0.5,
+            token_times=[1.0, 1.5, 2.5],
+            finish_time=2.5,
+            finish_reason="length",
+        ),
         # one token: ttft 0.2, e2el 0.2, no tpot, no itl; queue 0.1, remote KV wait 0.1
-        RequestRecord("r2", arrival_time=1.0, prompt_len=20, max_tokens=8, first_scheduled_time=1.1,
-                      remote_kv_wait_start=1.05, remote_kv_wait_end=1.15,
-                      token_times=[1.2], finish_time=1.2, finish_reason="stop"),
+        RequestRecord(
+            "r2",
+            arrival_time=1.0,
+            prompt_len=20,
+            max_tokens=8,
+            first_scheduled_time=1.1,
+            remote_kv_wait_start=1.05,
+            remote_kv_wait_end=1.15,
+            token_times=[1.2],
+            finish_time=1.2,
+            finish_reason="stop",
+        ),
         # aborted: failed, contributes no tokens, but its finish bounds the run
-        RequestRecord("r3", arrival_time=2.0, prompt_len=40, max_tokens=8, token_times=[2.5],
-                      finish_time=3.0, finish_reason="abort"),
+        RequestRecord(
+            "r3",
+            arrival_time=2.0,
+            prompt_len=40,
+            max_tokens=8,
+            token_times=[2.5],
+            finish_time=3.0,
+            finish_reason="abort",
+        ),
         # never finished: failed and unfinished
         RequestRecord("r4", arrival_time=0.5, prompt_len=80, max_tokens=8),
     ]
@@ -41,19 +65,34 @@ def test_latency_statistics_in_ms():
     d = compute_metrics(hand_records()).to_dict()
     expected = {
         # TTFT [1.0, 0.2]
-        "mean_ttft_ms": 600.0, "median_ttft_ms": 600.0, "std_ttft_ms": 400.0,
-        "p50_ttft_ms": 600.0, "p90_ttft_ms": 920.0, "p99_ttft_ms": 992.0,
+        "mean_ttft_ms": 600.0,
+        "median_ttft_ms": 600.0,
+        "std_ttft_ms": 400.0,
+        "p50_ttft_ms": 600.0,
+        "p90_ttft_ms": 920.0,
+        "p99_ttft_ms": 992.0,
         # TPOT [0.75] (r2 has a single token and is left out)
-        "mean_tpot_ms": 750.0, "median_tpot_ms": 750.0, "std_tpot_ms": 0.0, "p99_tpot_ms": 750.0,
+        "mean_tpot_ms": 750.0,
+        "median_tpot_ms": 750.0,
+        "std_tpot_ms": 0.0,
+        "p99_tpot_ms": 750.0,
         # ITL [0.5, 1.0]
-        "mean_itl_ms": 750.0, "median_itl_ms": 750.0, "std_itl_ms": 250.0,
-        "p90_itl_ms": 950.0, "p99_itl_ms": 995.0,
+        "mean_itl_ms": 750.0,
+        "median_itl_ms": 750.0,
+        "std_itl_ms": 250.0,
+        "p90_itl_ms": 950.0,
+        "p99_itl_ms": 995.0,
         # E2EL [2.5, 0.2]
-        "mean_e2el_ms": 1350.0, "median_e2el_ms": 1350.0, "std_e2el_ms": 1150.0,
-        "p90_e2el_ms": 2270.0, "p99_e2el_ms": 2477.0,
+        "mean_e2el_ms": 1350.0,
+        "median_e2el_ms": 1350.0,
+        "std_e2el_ms": 1150.0,
+        "p90_e2el_ms": 2270.0,
+        "p99_e2el_ms": 2477.0,
         # queue [0.5, 0.1], remote KV wait [0.1]
-        "mean_queue_time_ms": 300.0, "p50_queue_time_ms": 300.0,
-        "mean_remote_kv_wait_ms": 100.0, "std_remote_kv_wait_ms": 0.0,
+        "mean_queue_time_ms": 300.0,
+        "p50_queue_time_ms": 300.0,
+        "mean_remote_kv_wait_ms": 100.0,
+        "std_remote_kv_wait_ms": 0.0,
     }
     for key, value in expected.items():
         assert d[key] == pytest.approx(value, **EXACT), key
@@ -98,16 +137,33 @@ def test_max_overlap_is_half_open():
 
 
 def step(node, t, free, total=10, running=1, waiting=0, deferred=0, inflight=1, pre=0, zp=0):
-    return StepRecord(node=node, time=t, step_index=int(t), batch_size=running, num_scheduled_tokens=running,
-                      num_prefill_tokens=0, num_decode_tokens=running, num_running=running, num_waiting=waiting,
-                      num_waiting_for_remote_kvs=0, num_free_blocks=free, num_deferred_blocks=deferred,
-                      num_total_blocks=total, batches_in_flight=inflight, num_preemptions_total=pre,
-                      num_zero_progress_preemptions_total=zp, duration=0.01)
+    return StepRecord(
+        node=node,
+        time=t,
+        step_index=int(t),
+        batch_size=running,
+        num_scheduled_tokens=running,
+        num_prefill_tokens=0,
+        num_decode_tokens=running,
+        num_running=running,
+        num_waiting=waiting,
+        num_waiting_for_remote_kvs=0,
+        num_free_blocks=free,
+        num_deferred_blocks=deferred,
+        num_total_blocks=total,
+        batches_in_flight=inflight,
+        num_preemptions_total=pre,
+        num_zero_progress_preemptions_total=zp,
+        duration=0.01,
+    )
 
 
 def test_step_aggregates_overall_and_per_node():
-    steps = [step("d0", 0, free=10, running=2, waiting=3), step("d0", 1, free=5, running=4, deferred=2, inflight=2),
-             step("p0", 0, free=2, running=1)]
+    steps = [
+        step("d0", 0, free=10, running=2, waiting=3),
+        step("d0", 1, free=5, running=4, deferred=2, inflight=2),
+        step("p0", 0, free=2, running=1),
+    ]
     agg = step_aggregates(steps)
     assert agg["num_steps"] == 3
     assert agg["mean_kv_usage"] == pytest.approx((0.0 + 0.5 + 0.8) / 3, **EXACT)

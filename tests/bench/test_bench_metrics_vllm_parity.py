@@ -45,8 +45,17 @@ def random_records(n: int, seed: int) -> list[RequestRecord]:
             times.append(t)
             t += rng.expovariate(20.0)
         reason = rng.choice(["length", "stop", "stop", "abort"])
-        out.append(RequestRecord(f"r{i}", arrival, rng.randint(1, 2000), 64, token_times=times,
-                                 finish_time=times[-1] + rng.uniform(0, 0.01), finish_reason=reason))
+        out.append(
+            RequestRecord(
+                f"r{i}",
+                arrival,
+                rng.randint(1, 2000),
+                64,
+                token_times=times,
+                finish_time=times[-1] + rng.uniform(0, 0.01),
+                finish_reason=reason,
+            )
+        )
     return out
 
 
@@ -54,8 +63,15 @@ def as_vllm_output(rec: RequestRecord) -> dict:
     lat = request_latencies(rec)
     if lat is None:
         return {"success": False, "prompt_len": rec.prompt_len, "start_time": rec.arrival_time}
-    return {"success": True, "prompt_len": rec.prompt_len, "start_time": rec.arrival_time, "ttft": lat.ttft,
-            "latency": lat.e2el, "itl": lat.itls, "output_tokens": lat.output_len}
+    return {
+        "success": True,
+        "prompt_len": rec.prompt_len,
+        "start_time": rec.arrival_time,
+        "ttft": lat.ttft,
+        "latency": lat.e2el,
+        "itl": lat.itls,
+        "output_tokens": lat.output_len,
+    }
 
 
 def run_oracle(tmp_path: Path, records, duration, percentiles) -> dict:
@@ -63,14 +79,25 @@ def run_oracle(tmp_path: Path, records, duration, percentiles) -> dict:
     res = tmp_path / "res.json"
     script = tmp_path / "oracle_metrics.py"
     script.write_text(ORACLE_SCRIPT)
-    req.write_text(json.dumps({"outputs": [as_vllm_output(r) for r in records], "duration": duration,
-                               "percentiles": percentiles}))
+    req.write_text(
+        json.dumps({"outputs": [as_vllm_output(r) for r in records], "duration": duration, "percentiles": percentiles})
+    )
     home = Path.home() / ".cache/disagg-sim/vllm-oracle-home"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(home / "hf"),
-               VLLM_CACHE_ROOT=str(home / "vllm-cache"), VLLM_CONFIG_ROOT=str(home / "vllm-config"),
-               VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", VLLM_TARGET_DEVICE="cpu", VLLM_LOGGING_LEVEL="ERROR")
-    subprocess.run([str(ORACLE_PY), str(script), str(req), str(res)], check=True, env=env,
-                   capture_output=True, timeout=240)
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_HOME=str(home / "hf"),
+        VLLM_CACHE_ROOT=str(home / "vllm-cache"),
+        VLLM_CONFIG_ROOT=str(home / "vllm-config"),
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        VLLM_TARGET_DEVICE="cpu",
+        VLLM_LOGGING_LEVEL="ERROR",
+    )
+    subprocess.run(
+        [str(ORACLE_PY), str(script), str(req), str(res)], check=True, env=env, capture_output=True, timeout=240
+    )
     return json.loads(res.read_text())
 
 

@@ -9,16 +9,25 @@ from bench.prometheus import TIME_TO_FIRST_TOKEN_BUCKETS, NodeMetricsExporter
 from engine.records import RequestRecord, StepRecord
 
 VLLM_NAMES = [
-    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-    "vllm:num_preemptions_total", "vllm:time_to_first_token_seconds_bucket",
-    "vllm:inter_token_latency_seconds_bucket", "vllm:e2e_request_latency_seconds_bucket",
-    "vllm:request_queue_time_seconds_bucket", "vllm:num_requests_swapped", "vllm:gpu_cache_usage_perc",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:num_preemptions_total",
+    "vllm:time_to_first_token_seconds_bucket",
+    "vllm:inter_token_latency_seconds_bucket",
+    "vllm:e2e_request_latency_seconds_bucket",
+    "vllm:request_queue_time_seconds_bucket",
+    "vllm:num_requests_swapped",
+    "vllm:gpu_cache_usage_perc",
     "vllm:cpu_cache_usage_perc",
 ]
 SIM_NAMES = [
-    "disagg_sim:num_zero_progress_preemptions_total", "disagg_sim:deferred_free_blocks",
-    "disagg_sim:deferred_free_blocks_peak", "disagg_sim:num_allocate_slots_calls_total",
-    "disagg_sim:kv_corruptions_detected_total", "disagg_sim:num_blocks_freed_by_drain_total",
+    "disagg_sim:num_zero_progress_preemptions_total",
+    "disagg_sim:deferred_free_blocks",
+    "disagg_sim:deferred_free_blocks_peak",
+    "disagg_sim:num_allocate_slots_calls_total",
+    "disagg_sim:kv_corruptions_detected_total",
+    "disagg_sim:num_blocks_freed_by_drain_total",
 ]
 
 
@@ -47,8 +56,18 @@ def test_scrape_over_http_has_vllm_and_sim_names(exporter):
     assert port > 0 and exporter.url == f"http://127.0.0.1:{port}/metrics"
     exporter.update_gauges(num_running=3, num_waiting=2, kv_cache_usage=0.75, num_deferred_blocks=4)
     exporter.sync_counters({"num_preemptions": 2, "num_zero_progress_preemptions": 1, "num_allocate_slots_calls": 10})
-    exporter.observe_request(RequestRecord("a", 0.0, 8, 3, first_scheduled_time=0.2, token_times=[0.3, 0.35, 0.5],
-                                           finish_time=0.5, finish_reason="length"))
+    exporter.observe_request(
+        RequestRecord(
+            "a",
+            0.0,
+            8,
+            3,
+            first_scheduled_time=0.2,
+            token_times=[0.3, 0.35, 0.5],
+            finish_time=0.5,
+            finish_reason="length",
+        )
+    )
     with urllib.request.urlopen(exporter.url, timeout=10) as resp:
         text = resp.read().decode()
     for name in VLLM_NAMES + SIM_NAMES:
@@ -68,8 +87,7 @@ def test_scrape_over_http_has_vllm_and_sim_names(exporter):
 
 
 def test_buckets_are_vllms(exporter):
-    exporter.observe_request(RequestRecord("a", 0.0, 8, 1, token_times=[0.1], finish_time=0.1,
-                                           finish_reason="stop"))
+    exporter.observe_request(RequestRecord("a", 0.0, 8, 1, token_times=[0.1], finish_time=0.1, finish_reason="stop"))
     les = [k[1] for k in samples(exporter.render().decode()) if k[0] == "vllm:time_to_first_token_seconds_bucket"]
     bounds = sorted(float(dict(lbl)["le"]) for lbl in les)
     assert bounds == sorted([*TIME_TO_FIRST_TOKEN_BUCKETS, float("inf")])
@@ -79,10 +97,24 @@ def test_buckets_are_vllms(exporter):
 def test_sync_counters_and_observe_step(exporter):
     exporter.sync_counters({"num_preemptions": 5, "kv_corruptions_detected": 1, "deferred_free_blocks_peak": 9})
     exporter.sync_counters({"num_preemptions": 7, "kv_corruptions_detected": 1})
-    step = StepRecord(node="decode-0", time=1.0, step_index=3, batch_size=2, num_scheduled_tokens=2,
-                      num_prefill_tokens=0, num_decode_tokens=2, num_running=2, num_waiting=5,
-                      num_waiting_for_remote_kvs=1, num_free_blocks=2, num_deferred_blocks=3, num_total_blocks=8,
-                      batches_in_flight=2, num_preemptions_total=8, num_zero_progress_preemptions_total=4)
+    step = StepRecord(
+        node="decode-0",
+        time=1.0,
+        step_index=3,
+        batch_size=2,
+        num_scheduled_tokens=2,
+        num_prefill_tokens=0,
+        num_decode_tokens=2,
+        num_running=2,
+        num_waiting=5,
+        num_waiting_for_remote_kvs=1,
+        num_free_blocks=2,
+        num_deferred_blocks=3,
+        num_total_blocks=8,
+        batches_in_flight=2,
+        num_preemptions_total=8,
+        num_zero_progress_preemptions_total=4,
+    )
     exporter.observe_step(step)
     text = exporter.render().decode()
     assert value(text, "vllm:num_preemptions_total") == 8

@@ -20,50 +20,115 @@ from engine.records import RequestRecord, StepRecord
 
 def records():
     return [
-        RequestRecord("a", 0.0, 10, 3, first_scheduled_time=0.1, token_times=[0.5, 0.7, 1.0], finish_time=1.0,
-                      finish_reason="length", num_preemptions=1),
+        RequestRecord(
+            "a",
+            0.0,
+            10,
+            3,
+            first_scheduled_time=0.1,
+            token_times=[0.5, 0.7, 1.0],
+            finish_time=1.0,
+            finish_reason="length",
+            num_preemptions=1,
+        ),
         RequestRecord("b", 0.2, 30, 3, token_times=[0.9], finish_time=0.9, finish_reason="stop"),
         RequestRecord("c", 0.4, 50, 3, finish_reason="abort", finish_time=0.6),
     ]
 
 
 def steps():
-    return [StepRecord(node="decode-0", time=0.1 * i, step_index=i, batch_size=2, num_scheduled_tokens=20,
-                       num_prefill_tokens=18, num_decode_tokens=2, num_running=2, num_waiting=1,
-                       num_waiting_for_remote_kvs=0, num_free_blocks=6 - i, num_deferred_blocks=i % 2,
-                       num_total_blocks=8, batches_in_flight=2, num_preemptions_total=i,
-                       num_zero_progress_preemptions_total=0, duration=0.05) for i in range(4)]
+    return [
+        StepRecord(
+            node="decode-0",
+            time=0.1 * i,
+            step_index=i,
+            batch_size=2,
+            num_scheduled_tokens=20,
+            num_prefill_tokens=18,
+            num_decode_tokens=2,
+            num_running=2,
+            num_waiting=1,
+            num_waiting_for_remote_kvs=0,
+            num_free_blocks=6 - i,
+            num_deferred_blocks=i % 2,
+            num_total_blocks=8,
+            batches_in_flight=2,
+            num_preemptions_total=i,
+            num_zero_progress_preemptions_total=0,
+            duration=0.05,
+        )
+        for i in range(4)
+    ]
 
 
 COUNTERS = {
-    "decode-0": {"num_preemptions": 5, "num_zero_progress_preemptions": 2, "num_allocate_slots_calls": 40,
-                 "deferred_free_blocks_peak": 3, "num_blocks_freed_by_drain": 7, "kv_corruptions_detected": 0},
-    "prefill-0": {"num_preemptions": 1, "num_zero_progress_preemptions": 0, "num_allocate_slots_calls": 10,
-                  "deferred_free_blocks_peak": 6, "num_blocks_freed_by_drain": 0, "kv_corruptions_detected": 0},
+    "decode-0": {
+        "num_preemptions": 5,
+        "num_zero_progress_preemptions": 2,
+        "num_allocate_slots_calls": 40,
+        "deferred_free_blocks_peak": 3,
+        "num_blocks_freed_by_drain": 7,
+        "kv_corruptions_detected": 0,
+    },
+    "prefill-0": {
+        "num_preemptions": 1,
+        "num_zero_progress_preemptions": 0,
+        "num_allocate_slots_calls": 10,
+        "deferred_free_blocks_peak": 6,
+        "num_blocks_freed_by_drain": 0,
+        "kv_corruptions_detected": 0,
+    },
 }
 
 
 def build(**kw):
-    args = dict(records=records(), scenario="cascade", variant="fixed", clock="virtual", repeat=1, seed=42,
-                steps=steps(), counters_by_node=COUNTERS)
+    args = dict(
+        records=records(),
+        scenario="cascade",
+        variant="fixed",
+        clock="virtual",
+        repeat=1,
+        seed=42,
+        steps=steps(),
+        counters_by_node=COUNTERS,
+    )
     args.update(kw)
     return build_result(**args)
 
 
 def test_keys_and_types():
     r = build()
-    ints = ["completed", "failed", "total_input_tokens", "total_output_tokens", "max_concurrent_requests",
-            "repeat", "seed", *NODE_COUNTER_KEYS]
-    floats = ["duration", "request_throughput", "output_throughput", "total_token_throughput", "mean_kv_usage",
-              "max_kv_usage"]
-    floats += [f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "std", "p50",
-                                                                                 "p90", "p99")]
+    ints = [
+        "completed",
+        "failed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "max_concurrent_requests",
+        "repeat",
+        "seed",
+        *NODE_COUNTER_KEYS,
+    ]
+    floats = [
+        "duration",
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+        "mean_kv_usage",
+        "max_kv_usage",
+    ]
+    floats += [
+        f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "std", "p50", "p90", "p99")
+    ]
     for k in ints:
         assert type(r[k]) is int, k
     for k in floats:
         assert type(r[k]) is float, k
-    assert (r["scenario"], r["variant"], r["clock"], r["schema"]) == ("cascade", "fixed", "virtual",
-                                                                      "disagg-sim.result/1")
+    assert (r["scenario"], r["variant"], r["clock"], r["schema"]) == (
+        "cascade",
+        "fixed",
+        "virtual",
+        "disagg-sim.result/1",
+    )
     assert (r["completed"], r["failed"], r["total_input_tokens"], r["total_output_tokens"]) == (2, 1, 40, 4)
     # counters: summed over nodes, peaks take the max
     assert (r["num_preemptions"], r["num_allocate_slots_calls"], r["deferred_free_blocks_peak"]) == (6, 50, 6)
@@ -89,8 +154,7 @@ def test_write_and_load_round_trip(tmp_path):
     assert json_path.name == "cascade__fixed__r1.json" and steps_path.name == "cascade__fixed__r1.steps.jsonl"
     loaded = load_result(json_path)
     assert loaded["step_trace"] == steps_path.name
-    assert {k: v for k, v in loaded.items() if k != "step_trace"} == {k: v for k, v in r.items()
-                                                                        if k != "step_trace"}
+    assert {k: v for k, v in loaded.items() if k != "step_trace"} == {k: v for k, v in r.items() if k != "step_trace"}
     assert read_step_trace(steps_path) == steps()
     assert load_steps_for(loaded, json_path) == steps()
     assert [x["variant"] for x in load_results([tmp_path])] == ["fixed"]

@@ -103,8 +103,18 @@ def test_run_writes_results_and_thresholds_set_the_exit_code(tmp_path):
 
 def test_set_override_and_failing_threshold_exit_one(tmp_path):
     path = write(tmp_path, TINY)
-    code = main(["run", str(path), "--out", str(tmp_path / "o"), "--repeats", "1",
-                 "--set", "thresholds=['num_preemptions[fixed] > 1000000']"])
+    code = main(
+        [
+            "run",
+            str(path),
+            "--out",
+            str(tmp_path / "o"),
+            "--repeats",
+            "1",
+            "--set",
+            "thresholds=['num_preemptions[fixed] > 1000000']",
+        ]
+    )
     assert code == 1
 
 

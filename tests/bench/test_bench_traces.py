@@ -56,14 +56,17 @@ def test_csv_bad_value_names_line():
         load_trace(DATA / "trace_bad_value.csv")
 
 
-@pytest.mark.parametrize("line, message", [
-    ('{"timestamp": -5, "input_length": 1, "output_length": 1}', "timestamp must be a finite number >= 0"),
-    ('{"timestamp": 5, "input_length": 0, "output_length": 1}', "input_length must be >= 1, got 0"),
-    ('{"timestamp": 5, "input_length": 2.5, "output_length": 1}', "input_length must be an integer, got 2.5"),
-    ('{"timestamp": 5, "input_length": 2, "output_length": true}', "output_length must be an integer, got True"),
-    ('{"timestamp": 5, "input_length": 2, "output_length": 1, "hash_ids": "x"}', "hash_ids must be a list"),
-    ("[1, 2]", "expected a JSON object, got list"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"timestamp": -5, "input_length": 1, "output_length": 1}', "timestamp must be a finite number >= 0"),
+        ('{"timestamp": 5, "input_length": 0, "output_length": 1}', "input_length must be >= 1, got 0"),
+        ('{"timestamp": 5, "input_length": 2.5, "output_length": 1}', "input_length must be an integer, got 2.5"),
+        ('{"timestamp": 5, "input_length": 2, "output_length": true}', "output_length must be an integer, got True"),
+        ('{"timestamp": 5, "input_length": 2, "output_length": 1, "hash_ids": "x"}', "hash_ids must be a list"),
+        ("[1, 2]", "expected a JSON object, got list"),
+    ],
+)
 def test_mooncake_value_errors(tmp_path, line, message):
     p = tmp_path / "t.jsonl"
     p.write_text('{"timestamp": 0, "input_length": 1, "output_length": 1}\n' + line + "\n")

@@ -17,9 +17,13 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def spec(**overrides):
-    base = {"num_requests": 200, "seed": 3, "prompt_len": {"kind": "uniform", "low": 10, "high": 20},
-            "output_len": {"kind": "lognormal", "mu": 4.0, "sigma": 0.5},
-            "arrival": {"kind": "poisson", "rate": 10.0}}
+    base = {
+        "num_requests": 200,
+        "seed": 3,
+        "prompt_len": {"kind": "uniform", "low": 10, "high": 20},
+        "output_len": {"kind": "lognormal", "mu": 4.0, "sigma": 0.5},
+        "arrival": {"kind": "poisson", "rate": 10.0},
+    }
     base.update(overrides)
     return parse_workload_spec(base)
 
@@ -53,8 +57,7 @@ def test_uniform_lengths_in_range_and_spread():
 
 
 def test_normal_is_clipped_at_one_and_fixed_shorthand():
-    reqs = generate_workload(spec(num_requests=1000, prompt_len={"kind": "normal", "mean": 2, "std": 5},
-                                  output_len=7))
+    reqs = generate_workload(spec(num_requests=1000, prompt_len={"kind": "normal", "mean": 2, "std": 5}, output_len=7))
     assert min(r.prompt_len for r in reqs) == 1
     assert {r.output_len for r in reqs} == {7}
 
@@ -65,8 +68,13 @@ def test_lognormal_median_near_exp_mu():
 
 
 def test_sharegpt_like_respects_vllm_pruning_bounds():
-    reqs = generate_workload(spec(num_requests=3000, prompt_len={"kind": "sharegpt_like", "part": "prompt"},
-                                  output_len={"kind": "sharegpt_like", "part": "output"}))
+    reqs = generate_workload(
+        spec(
+            num_requests=3000,
+            prompt_len={"kind": "sharegpt_like", "part": "prompt"},
+            output_len={"kind": "sharegpt_like", "part": "output"},
+        )
+    )
     p = [r.prompt_len for r in reqs]
     o = [r.output_len for r in reqs]
     assert min(p) >= 4 and max(p) <= 1024 and min(o) >= 4 and max(o) <= 1024
@@ -82,8 +90,9 @@ def test_poisson_is_normalized_like_vllm():
 
 def test_gamma_burstiness_changes_gap_dispersion():
     def cv(burstiness):
-        reqs = generate_workload(spec(num_requests=4000, arrival={"kind": "gamma", "rate": 10.0,
-                                                                  "burstiness": burstiness}))
+        reqs = generate_workload(
+            spec(num_requests=4000, arrival={"kind": "gamma", "rate": 10.0, "burstiness": burstiness})
+        )
         gaps = np.diff([0.0] + [r.arrival_time for r in reqs])
         return np.std(gaps) / np.mean(gaps)
 
@@ -102,8 +111,7 @@ def test_constant_and_all_at_once_arrivals():
 
 def test_priorities_fixed_and_weighted_choice():
     assert {r.priority for r in generate_workload(spec(priority=3))} == {3}
-    reqs = generate_workload(spec(num_requests=4000, priority={"kind": "choice", "values": [0, 5],
-                                                               "weights": [3, 1]}))
+    reqs = generate_workload(spec(num_requests=4000, priority={"kind": "choice", "values": [0, 5], "weights": [3, 1]}))
     share = sum(r.priority == 5 for r in reqs) / len(reqs)
     assert share == pytest.approx(0.25, abs=0.03)
 
@@ -116,13 +124,16 @@ def test_empirical_cdf_sampling():
     assert counts[16] == pytest.approx(0.25, abs=0.03) and counts[64] == pytest.approx(0.5, abs=0.03)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("value,cdf\n16,0.5\n8,1.0\n", ":3: values must strictly increase"),
-    ("16,0.5\n32,0.4\n64,1.0\n", ":2: cdf must not decrease"),
-    ("16,0.5\n32,abc\n", ":2: cdf 'abc' is not a number"),
-    ("16,0.5\n32,0.9\n", "last cdf is 0.9"),
-    ("16,0.5,1\n", ":1: expected 2 columns"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("value,cdf\n16,0.5\n8,1.0\n", ":3: values must strictly increase"),
+        ("16,0.5\n32,0.4\n64,1.0\n", ":2: cdf must not decrease"),
+        ("16,0.5\n32,abc\n", ":2: cdf 'abc' is not a number"),
+        ("16,0.5\n32,0.9\n", "last cdf is 0.9"),
+        ("16,0.5,1\n", ":1: expected 2 columns"),
+    ],
+)
 def test_empirical_cdf_errors_name_line(tmp_path, text, message):
     path = tmp_path / f"cdf_{abs(hash(text))}.csv"
     path.write_text(text)
@@ -132,8 +143,9 @@ def test_empirical_cdf_errors_name_line(tmp_path, text, message):
 
 def test_errors_name_field_and_allowed_values():
     with pytest.raises(WorkloadSpecError) as exc:
-        parse_workload_spec({"num_requests": 0, "prompt_len": {"kind": "zipf"},
-                             "output_len": {"kind": "uniform", "low": 1, "hihg": 3}})
+        parse_workload_spec(
+            {"num_requests": 0, "prompt_len": {"kind": "zipf"}, "output_len": {"kind": "uniform", "low": 1, "hihg": 3}}
+        )
     msg = str(exc.value)
     assert "workload.num_requests: Input should be greater than or equal to 1" in msg
     assert "workload.prompt_len: Input tag 'zipf'" in msg and "'sharegpt_like', 'empirical'" in msg

@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--record-golden",
         action="store_true",
-        help=f"re-record vLLM's traces of the golden scenarios into {v1_harness.GOLDEN_FILE.relative_to(v1_harness.REPO)}",
+        help="re-record vLLM's traces of the golden scenarios into "
+        f"{v1_harness.GOLDEN_FILE.relative_to(v1_harness.REPO)}",
     )
     args = ap.parse_args(argv)
 
@@ -74,9 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no scenario has an id in {args.only}", file=sys.stderr)
             return 1
 
-    result = v1_harness.run_harness(
-        scenarios, expectations, shrink_mismatches=not args.no_shrink, out_dir=args.out
-    )
+    result = v1_harness.run_harness(scenarios, expectations, shrink_mismatches=not args.no_shrink, out_dir=args.out)
     shown = result.mismatches if args.verbose else [g[0] for g in result.classes().values()]
     for m in shown:
         print(m.describe())

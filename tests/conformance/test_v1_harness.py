@@ -131,9 +131,7 @@ def test_shrinker_keeps_only_what_the_mismatch_needs():
             if act["op"] == "schedule":
                 schedules += 1
             if act["op"] == "add" and culprit in act["ids"] and schedules < 3:
-                return compare(
-                    _trace([{"op": "add", "action_index": 0}]), _trace([{"op": "add", "action_index": 1}])
-                )
+                return compare(_trace([{"op": "add", "action_index": 0}]), _trace([{"op": "add", "action_index": 1}]))
         return None
 
     sig = still_fails(scenario).signature

@@ -41,7 +41,9 @@ def test_suite_holds_200_random_scenarios_and_their_prefix_twins(harness_result)
     ids = [s["id"] for s in harness_result.scenarios]
     random_fixed = [i for i in ids if i.startswith("rand-") and not i.endswith("-prefix")]
     twins = [i for i in ids if i.startswith("rand-") and i.endswith("-prefix")]
-    fence_on = [s for s in harness_result.scenarios if s["id"] in random_fixed and s["config"]["force_defer_block_free"]]
+    fence_on = [
+        s for s in harness_result.scenarios if s["id"] in random_fixed and s["config"]["force_defer_block_free"]
+    ]
     assert len(random_fixed) == RANDOM_COUNT
     assert len(twins) == len(fence_on) > 0
     assert any(i.startswith("hand-") for i in ids)
@@ -62,9 +64,7 @@ def test_handwritten_facts_hold_on_vllm_and_ours(harness_result):
 
 def test_random_scenarios_exercise_preemption_fence_and_stops(harness_result):
     """The generator must keep producing the situations the harness exists for."""
-    cov = v1_harness.coverage(
-        [t for t in harness_result.oracle_traces if t["id"].startswith("rand-")]
-    )
+    cov = v1_harness.coverage([t for t in harness_result.oracle_traces if t["id"].startswith("rand-")])
     assert cov["preemption"] >= 80, cov
     assert cov["multi_victim_step"] >= 5, cov  # cascades under the pre-fix guard
     assert cov["deferred_free"] >= 60, cov

@@ -9,9 +9,9 @@ except those listed in DELIBERATE_DEVIATIONS (documented in docs/deviations.md).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 # key -> reason; keys here are dropped from records before comparing. Keep in
 # sync with docs/deviations.md. Empty: every recorded observation must match.
@@ -65,7 +65,9 @@ def _diff_keys(a: dict, b: dict) -> list[str]:
 
 
 def _error_view(err: dict | None) -> dict | None:
-    return None if err is None else {"action_index": err["action_index"], "type": err["type"], "message": err["message"]}
+    return (
+        None if err is None else {"action_index": err["action_index"], "type": err["type"], "message": err["message"]}
+    )
 
 
 def compare(oracle: dict, ours: dict) -> Mismatch | None:

@@ -8,7 +8,7 @@ other step of the trace. Scenario format: v1_scenario.py. Stdlib only.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 Expectation = Callable[[dict], list[str]]
 
@@ -101,7 +101,9 @@ def allocation_retry(policy: str, prefix_guard: bool) -> tuple[dict, Expectation
         if prefix_guard:
             want = 3 if policy == "fcfs" else 4
             _check(problems, blocked["alloc_calls"] == want, f"phase 1 alloc_calls {blocked['alloc_calls']} != {want}")
-            _check(problems, blocked["preempted"] == [victim], f"phase 1 preempted {blocked['preempted']} != [{victim}]")
+            _check(
+                problems, blocked["preempted"] == [victim], f"phase 1 preempted {blocked['preempted']} != [{victim}]"
+            )
         else:
             _check(
                 problems,

@@ -21,8 +21,8 @@ for path in (HERE, REPO / "tools" / "oracle", REPO):
 
 import launch  # noqa: E402  (tools/oracle/launch.py)
 from v1_compare import Mismatch, compare, dump_repro, shrink  # noqa: E402
-from v1_handwritten import Expectation, all_handwritten  # noqa: E402
 from v1_generate import generate_suite  # noqa: E402
+from v1_handwritten import Expectation, all_handwritten  # noqa: E402
 from v1_scenario import validate  # noqa: E402
 
 DRIVER = "v1_driver.py"

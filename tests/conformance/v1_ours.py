@@ -11,11 +11,11 @@ Mapping of the scenario config onto `engine.testing.create_scheduler`:
 
 from __future__ import annotations
 
+from v1_play import play
+
 from engine.outputs import ModelRunnerOutput
 from engine.request import RequestStatus
 from engine.testing import create_requests, create_scheduler
-
-from v1_play import play
 
 
 class OursAdapter:

@@ -164,9 +164,7 @@ def validate(scenario: dict) -> dict:
         elif op == "drain":
             depth, steps = act.get("depth"), act.get("max_steps")
             if depth not in (1, 2, 3, 4) or not isinstance(steps, int) or steps < 1:
-                raise ScenarioError(
-                    f"{awhere}: drain needs depth in 1..4 and max_steps >= 1, got {depth!r}, {steps!r}"
-                )
+                raise ScenarioError(f"{awhere}: drain needs depth in 1..4 and max_steps >= 1, got {depth!r}, {steps!r}")
     return scenario
 
 

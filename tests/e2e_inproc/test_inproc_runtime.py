@@ -1,7 +1,5 @@
 """End-to-end runs of the in-process (virtual clock) runtime."""
 
-import statistics
-
 import pytest
 
 from bench.metrics import compute_metrics
@@ -55,7 +53,11 @@ def test_same_seed_same_trace_bit_for_bit():
         c = InProcCluster(cascade_spec(guard="prefix"), seed=3, trace=True)
         c.submit(burst(30))
         r = c.run()
-        return r.trace, [(x.request_id, x.token_times, x.output_token_ids) for x in r.requests], [s.to_dict() for s in r.steps]
+        return (
+            r.trace,
+            [(x.request_id, x.token_times, x.output_token_ids) for x in r.requests],
+            [s.to_dict() for s in r.steps],
+        )
 
     assert once() == once()
 
@@ -102,7 +104,11 @@ def test_kv_delay_raises_ttft_by_about_the_delay():
 
 def test_killed_prefill_node_fails_its_requests_and_nothing_hangs():
     spec = ClusterSpec.model_validate(
-        {"prefill": {"count": 2}, "decode": {"count": 1, "engine": {"async_scheduling": True}}, "kv_pull_deadline_s": 1.0}
+        {
+            "prefill": {"count": 2},
+            "decode": {"count": 1, "engine": {"async_scheduling": True}},
+            "kv_pull_deadline_s": 1.0,
+        }
     )
     cluster = InProcCluster(spec, seed=0)
     cluster.submit([WorkloadRequest(f"r{i}", i * 0.01, 256, 50) for i in range(40)])
@@ -159,7 +165,11 @@ def test_pipeline_parallel_decode_keeps_pp_batches_in_flight():
 def test_stop_tokens_end_requests_early_unless_ignore_eos():
     def run(ignore_eos):
         spec = ClusterSpec.model_validate(
-            {"prefill": {"count": 1}, "decode": {"count": 1}, "sampler": {"stop_probability": 0.01, "ignore_eos": ignore_eos}}
+            {
+                "prefill": {"count": 1},
+                "decode": {"count": 1},
+                "sampler": {"stop_probability": 0.01, "ignore_eos": ignore_eos},
+            }
         )
         return run_inproc(spec, burst(20, out=100), seed=0)
 

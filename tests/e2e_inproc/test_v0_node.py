@@ -19,14 +19,27 @@ from engine.v0 import V0SchedulerAdapter
 
 
 def v0_spec(blocks=64, cpu_blocks=0, mode="auto", chunked=False, **engine):
-    return ClusterSpec.model_validate({
-        "prefill": {"count": 0},
-        "decode": {"count": 1, "engine": {
-            "engine": "v0", "num_gpu_blocks": blocks, "block_size": 16, "max_num_seqs": 32,
-            "max_num_batched_tokens": 1024, "max_model_len": 1024, "enable_chunked_prefill": chunked,
-            "num_cpu_blocks": cpu_blocks, "preemption_mode": mode, **engine}},
-        "cost_model": "synthetic-8b",
-    })
+    return ClusterSpec.model_validate(
+        {
+            "prefill": {"count": 0},
+            "decode": {
+                "count": 1,
+                "engine": {
+                    "engine": "v0",
+                    "num_gpu_blocks": blocks,
+                    "block_size": 16,
+                    "max_num_seqs": 32,
+                    "max_num_batched_tokens": 1024,
+                    "max_model_len": 1024,
+                    "enable_chunked_prefill": chunked,
+                    "num_cpu_blocks": cpu_blocks,
+                    "preemption_mode": mode,
+                    **engine,
+                },
+            },
+            "cost_model": "synthetic-8b",
+        }
+    )
 
 
 def burst(n, prompt=100, out=60, gap=0.01):
@@ -82,9 +95,18 @@ def test_without_the_swap_copy_the_shadow_store_sees_the_missing_kv():
 
 
 def _hand_driven_node(blocks, max_model_len=64, block_size=4):
-    spec = NodeSpec("v0-node", None, V1SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=max_model_len,
-                                                       max_model_len=max_model_len, enable_chunked_prefill=False),
-                    V1CacheConfig(num_gpu_blocks=blocks, block_size=block_size), engine="v0")
+    spec = NodeSpec(
+        "v0-node",
+        None,
+        V1SchedulerConfig(
+            max_num_seqs=4,
+            max_num_batched_tokens=max_model_len,
+            max_model_len=max_model_len,
+            enable_chunked_prefill=False,
+        ),
+        V1CacheConfig(num_gpu_blocks=blocks, block_size=block_size),
+        engine="v0",
+    )
     return NodeCore(spec)
 
 
@@ -116,7 +138,8 @@ def test_a_request_that_preempts_itself_is_recomputed_and_then_ignored_not_stran
     assert core.engine.step_records[-1].num_preemptions_total == 1
     last = _step(core, 2.0)
     assert [(o.request_id, o.new_token_ids, o.finish_reason, o.num_preemptions) for o in last] == [
-        ("x", [], "length", 1)]
+        ("x", [], "length", 1)
+    ]
     assert core.scheduler.counters()["num_ignored_prompts"] == 1 and not core.engine.has_work()
     core.check_block_conservation()
 
@@ -129,27 +152,49 @@ def test_the_periodic_stats_line_is_logged_on_the_engine_clock(caplog):
     assert caplog.records[0].getMessage() == "# GPU blocks: 64, # CPU blocks: 0"
 
 
-@pytest.mark.parametrize("raw,match", [
-    ({"decode": {"engine": {"engine": "v0"}}}, r"decode.engine.engine='v0' is invalid in a disaggregated topology"),
-    ({"prefill": {"count": 0}, "decode": {"pp_size": 2, "engine": {"engine": "v0"}}},
-     r"decode.pp_size=2 is invalid with engine v0"),
-    ({"prefill": {"count": 0}, "decode": {"engine": {"engine": "v0", "async_scheduling": True}}},
-     r"async_scheduling=True is a v1 setting; allowed with engine v0: False"),
-    ({"prefill": {"count": 0}, "decode": {"engine": {"num_cpu_blocks": 8}}}, r"are v0 settings; allowed with engine v1"),
-    ({"prefill": {"count": 0}, "decode": {"engine": {"engine": "v0", "preemption_mode": "swap"}}},
-     r"preemption_mode='swap' with num_cpu_blocks=0 is invalid"),
-    ({"prefill": {"count": 0}, "decode": {"engine": {"engine": "v0", "enable_chunked_prefill": False,
-                                                     "max_num_batched_tokens": 512, "max_model_len": 1024}}},
-     r"max_num_batched_tokens \(512\) is smaller than max_model_len \(1024\)"),
-])
+@pytest.mark.parametrize(
+    "raw,match",
+    [
+        ({"decode": {"engine": {"engine": "v0"}}}, r"decode.engine.engine='v0' is invalid in a disaggregated topology"),
+        (
+            {"prefill": {"count": 0}, "decode": {"pp_size": 2, "engine": {"engine": "v0"}}},
+            r"decode.pp_size=2 is invalid with engine v0",
+        ),
+        (
+            {"prefill": {"count": 0}, "decode": {"engine": {"engine": "v0", "async_scheduling": True}}},
+            r"async_scheduling=True is a v1 setting; allowed with engine v0: False",
+        ),
+        (
+            {"prefill": {"count": 0}, "decode": {"engine": {"num_cpu_blocks": 8}}},
+            r"are v0 settings; allowed with engine v1",
+        ),
+        (
+            {"prefill": {"count": 0}, "decode": {"engine": {"engine": "v0", "preemption_mode": "swap"}}},
+            r"preemption_mode='swap' with num_cpu_blocks=0 is invalid",
+        ),
+        (
+            {
+                "prefill": {"count": 0},
+                "decode": {
+                    "engine": {
+                        "engine": "v0",
+                        "enable_chunked_prefill": False,
+                        "max_num_batched_tokens": 512,
+                        "max_model_len": 1024,
+                    }
+                },
+            },
+            r"max_num_batched_tokens \(512\) is smaller than max_model_len \(1024\)",
+        ),
+    ],
+)
 def test_bad_v0_settings_fail_at_load_naming_the_setting(raw, match):
     with pytest.raises(ValueError, match=match):
         ClusterSpec.model_validate(raw)
 
 
 def test_a_v0_node_spec_with_a_kv_role_is_refused():
-    spec = NodeSpec("p", "kv_producer", V1SchedulerConfig(max_num_batched_tokens=2048, max_model_len=2048),
-                    engine="v0")
+    spec = NodeSpec("p", "kv_producer", V1SchedulerConfig(max_num_batched_tokens=2048, max_model_len=2048), engine="v0")
     with pytest.raises(ValueError, match=r"node 'p': kv_role='kv_producer' is invalid for engine v0"):
         NodeCore(spec)
     with pytest.raises(ValueError, match=r"engine='v2' is invalid; allowed: 'v1' or 'v0'"):

@@ -58,7 +58,10 @@ def test_the_report_reproduces_diagnoses_and_remedies(outcome_and_report):
     # Without the runs (only the results files), the v0 node counters give the same verdicts.
     only = from_results_only["variants"]
     assert [only[k]["run_record"]["queue_verdict"] for k in ("baseline", "no-long")] == ["never drains", "drains"]
-    assert only["baseline"]["diagnosis"] == v["baseline"]["diagnosis"] and only["v1"]["run_record"]["queue_verdict"] is None
+    assert (
+        only["baseline"]["diagnosis"] == v["baseline"]["diagnosis"]
+        and only["v1"]["run_record"]["queue_verdict"] is None
+    )
 
 
 def test_the_queue_verdict_reads_the_step_records():

@@ -16,10 +16,22 @@ pytestmark = pytest.mark.timeout(60)
 
 def test_a_v0_node_serves_whole_requests_on_the_wall_clock_nodes(caplog):
     caplog.set_level(logging.ERROR, logger="vllm.v0")
-    spec = make_spec(prefill={"count": 0}, time_scale=0.05,
-                     decode={"count": 1, "engine": {"engine": "v0", "num_gpu_blocks": 64, "enable_chunked_prefill": False,
-                                                    "max_num_batched_tokens": 1024, "max_model_len": 1024,
-                                                    "num_cpu_blocks": 64, "preemption_mode": "swap"}})
+    spec = make_spec(
+        prefill={"count": 0},
+        time_scale=0.05,
+        decode={
+            "count": 1,
+            "engine": {
+                "engine": "v0",
+                "num_gpu_blocks": 64,
+                "enable_chunked_prefill": False,
+                "max_num_batched_tokens": 1024,
+                "max_model_len": 1024,
+                "num_cpu_blocks": 64,
+                "preemption_mode": "swap",
+            },
+        },
+    )
     wl = workload(20, 120, 60)
     driver, nodes = asyncio.run(asyncio.wait_for(run_local(spec, wl, seed=2), 45))
     _check(driver, nodes, spec, 2, len(wl))  # tokens, block conservation, pool all free, no corruption

@@ -37,6 +37,7 @@ def make_spec(**overrides) -> ClusterSpec:
     return ClusterSpec.model_validate(base)
 
 
-def workload(n: int, prompt_len: int, output_len: int, gap_s: float = 0.0, start_s: float = 0.0,
-             prefix: str = "r") -> list[WorkloadRequest]:
+def workload(
+    n: int, prompt_len: int, output_len: int, gap_s: float = 0.0, start_s: float = 0.0, prefix: str = "r"
+) -> list[WorkloadRequest]:
     return [WorkloadRequest(f"{prefix}{i:03d}", start_s + i * gap_s, prompt_len, output_len) for i in range(n)]

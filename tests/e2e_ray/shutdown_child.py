@@ -18,8 +18,7 @@ from .conftest import make_spec
 
 
 def report(handle: RayClusterHandle, state: str) -> None:
-    print(json.dumps({"state": state, "pids": sorted(handle.ray_processes()), "temp_dir": handle.temp_dir}),
-          flush=True)
+    print(json.dumps({"state": state, "pids": sorted(handle.ray_processes()), "temp_dir": handle.temp_dir}), flush=True)
 
 
 def main(mode: str) -> None:

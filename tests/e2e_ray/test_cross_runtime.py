@@ -20,8 +20,16 @@ from .conftest import make_spec, workload
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
-KV_KEYS = ("kv_pulls_started", "kv_pulls_completed", "kv_pulls_failed", "kv_pull_attempts", "transport_retries",
-           "kv_blocks_pulled", "kv_done_reports_sent", "kv_done_reports_delivered")
+KV_KEYS = (
+    "kv_pulls_started",
+    "kv_pulls_completed",
+    "kv_pulls_failed",
+    "kv_pull_attempts",
+    "transport_retries",
+    "kv_blocks_pulled",
+    "kv_done_reports_sent",
+    "kv_done_reports_delivered",
+)
 PRODUCER_KEYS = ("kv_done_reports", "kv_failed_done_reports", "kv_late_done_reports", "kv_hold_timeouts")
 
 
@@ -39,8 +47,9 @@ def both(spec, wl, ray_cluster):
 def test_preemptions_tokens_and_finishes_agree_on_an_aggregated_node(ray_cluster):
     # 40 blocks for 10 requests that grow to 8 blocks each: the scheduler
     # preempts, and the order it does so in is fixed by the requests alone.
-    spec = make_spec(prefill={"count": 0}, time_scale=0.02,
-                     decode={"count": 1, "engine": {"num_gpu_blocks": 40, "max_num_seqs": 10}})
+    spec = make_spec(
+        prefill={"count": 0}, time_scale=0.02, decode={"count": 1, "engine": {"num_gpu_blocks": 40, "max_num_seqs": 10}}
+    )
     wl = workload(10, 60, 64)
     inproc, ray = both(spec, wl, ray_cluster)
     assert per_request(inproc) == per_request(ray)
@@ -50,16 +59,19 @@ def test_preemptions_tokens_and_finishes_agree_on_an_aggregated_node(ray_cluster
 
 
 def test_tokens_finishes_and_blocks_pulled_agree_across_the_kv_handoff(ray_cluster):
-    spec = make_spec(time_scale=0.02, decode={"count": 1, "engine": {"num_gpu_blocks": 1000}},
-                     links={"kv": {"delay_ms": 1.0}})
+    spec = make_spec(
+        time_scale=0.02, decode={"count": 1, "engine": {"num_gpu_blocks": 1000}}, links={"kv": {"delay_ms": 1.0}}
+    )
     wl = workload(12, 70, 24)
     inproc, ray = both(spec, wl, ray_cluster)
     assert per_request(inproc) == per_request(ray)
     assert {k: inproc.node_counters["decode-0"][k] for k in KV_KEYS} == {
-        k: ray.node_counters["decode-0"][k] for k in KV_KEYS}
+        k: ray.node_counters["decode-0"][k] for k in KV_KEYS
+    }
     assert inproc.node_counters["decode-0"]["kv_blocks_pulled"] == 12 * 5  # ceil(70 / 16) each
     assert {k: inproc.node_counters["prefill-0"][k] for k in PRODUCER_KEYS} == {
-        k: ray.node_counters["prefill-0"][k] for k in PRODUCER_KEYS}
+        k: ray.node_counters["prefill-0"][k] for k in PRODUCER_KEYS
+    }
 
 
 def test_a_kv_outage_costs_the_same_retries_timeouts_and_failures_in_both(ray_cluster):
@@ -68,19 +80,32 @@ def test_a_kv_outage_costs_the_same_retries_timeouts_and_failures_in_both(ray_cl
     # be due at the 0.7 s deadline: the pull fails (deadline_exceeded), the
     # prompt is recomputed, the failure report is lost, and the producer
     # frees the blocks after its 1.5 s hold timeout.
-    spec = make_spec(time_scale=0.02, decode={"count": 1, "engine": {"num_gpu_blocks": 1000}},
-                     links={"kv": {"outages": [[0.0, 1000.0]]}},
-                     kv_pull_timeout_s=0.3, kv_pull_deadline_s=0.7, kv_pull_backoff_initial_s=0.05,
-                     kv_pull_backoff_max_s=0.05, kv_hold_timeout_s=1.5)
+    spec = make_spec(
+        time_scale=0.02,
+        decode={"count": 1, "engine": {"num_gpu_blocks": 1000}},
+        links={"kv": {"outages": [[0.0, 1000.0]]}},
+        kv_pull_timeout_s=0.3,
+        kv_pull_deadline_s=0.7,
+        kv_pull_backoff_initial_s=0.05,
+        kv_pull_backoff_max_s=0.05,
+        kv_hold_timeout_s=1.5,
+    )
     n = 6
     wl = workload(n, 48, 8)
     inproc, ray = both(spec, wl, ray_cluster)
     assert per_request(inproc) == per_request(ray)
     assert {r.finish_reason for r in inproc.requests} == {"length"}  # recomputed after the failed pull
     decode_in, decode_ray = inproc.node_counters["decode-0"], ray.node_counters["decode-0"]
-    expected = {"kv_pulls_started": n, "kv_pulls_completed": 0, "kv_pulls_failed": n, "kv_pull_attempts": 2 * n,
-                "transport_retries": n, "kv_blocks_pulled": 0, "kv_done_reports_sent": n,
-                "kv_done_reports_delivered": 0}
+    expected = {
+        "kv_pulls_started": n,
+        "kv_pulls_completed": 0,
+        "kv_pulls_failed": n,
+        "kv_pull_attempts": 2 * n,
+        "transport_retries": n,
+        "kv_blocks_pulled": 0,
+        "kv_done_reports_sent": n,
+        "kv_done_reports_delivered": 0,
+    }
     assert {k: decode_in[k] for k in KV_KEYS} == expected
     assert {k: decode_ray[k] for k in KV_KEYS} == expected
     assert decode_in["kv_pulls_failed_deadline_exceeded"] == decode_ray["kv_pulls_failed_deadline_exceeded"] == n

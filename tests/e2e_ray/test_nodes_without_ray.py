@@ -27,8 +27,9 @@ async def run_local(spec, wl, seed=0, use_stage_workers=False):
     """The Ray runtime's topology in one process, the node hosts the Ray
     actors wrap; returns (driver, {name: host})."""
     names = [(role, ns) for role, ns, _ in spec.node_specs()]
-    settings = WallNodeSettings(node=spec.node_settings(spec.time_scale), stage_link=spec.links.stage.to_spec(),
-                                kv_link=spec.links.kv.to_spec())
+    settings = WallNodeSettings(
+        node=spec.node_settings(spec.time_scale), stage_link=spec.links.stage.to_spec(), kv_link=spec.links.kv.to_spec()
+    )
     nodes, stages = {}, []
     for role, ns in names:
         ns.sampler_seed = spec.sampler.seed + seed
@@ -46,9 +47,14 @@ async def run_local(spec, wl, seed=0, use_stage_workers=False):
         nodes[ns.name] = host
     start_wall = time.time() + 0.05
     events: list = []
-    server = ProxyServer(spec, seed, RunClock.from_wall_start(start_wall),
-                         [ns.name for r, ns in names if r == "prefill"],
-                         [ns.name for r, ns in names if r == "decode"], events.extend)
+    server = ProxyServer(
+        spec,
+        seed,
+        RunClock.from_wall_start(start_wall),
+        [ns.name for r, ns in names if r == "prefill"],
+        [ns.name for r, ns in names if r == "decode"],
+        events.extend,
+    )
     address = await server.start("127.0.0.1")
     for worker in stages:
         worker.begin(start_wall)
@@ -86,8 +92,11 @@ def _check(driver, nodes, spec, seed, n):
 
 @pytest.mark.parametrize("pp_size, stage_workers", [(1, False), (1, True), (2, True)])
 def test_prefill_and_decode_nodes_serve_requests_without_ray(pp_size, stage_workers):
-    spec = make_spec(decode={"count": 1, "pp_size": pp_size, "engine": {"num_gpu_blocks": 1000, "async_scheduling": True}},
-                     links={"kv": {"delay_ms": 1.0}, "stage": {"delay_ms": 0.5}}, time_scale=0.05)
+    spec = make_spec(
+        decode={"count": 1, "pp_size": pp_size, "engine": {"num_gpu_blocks": 1000, "async_scheduling": True}},
+        links={"kv": {"delay_ms": 1.0}, "stage": {"delay_ms": 0.5}},
+        time_scale=0.05,
+    )
     wl = workload(8, 70, 12, gap_s=0.01)
     driver, nodes = asyncio.run(asyncio.wait_for(run_local(spec, wl, seed=2, use_stage_workers=stage_workers), 45))
     _check(driver, nodes, spec, 2, len(wl))

@@ -17,8 +17,16 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
 def cascade_spec(guard: str, fence: str = "auto"):
     return make_spec(
-        decode={"count": 1, "engine": {"num_gpu_blocks": 250, "max_num_seqs": 128, "async_scheduling": True,
-                                       "preemption_guard": guard, "fence": fence}},
+        decode={
+            "count": 1,
+            "engine": {
+                "num_gpu_blocks": 250,
+                "max_num_seqs": 128,
+                "async_scheduling": True,
+                "preemption_guard": guard,
+                "fence": fence,
+            },
+        },
         links={"kv": {"delay_ms": 1.0}},
         time_scale=0.05,
     )
@@ -29,8 +37,10 @@ CASCADE_WORKLOAD = workload(40, 128, 224)
 
 @pytest.fixture(scope="module")
 def guard_runs(ray_cluster):
-    return {guard: run_ray(cascade_spec(guard), CASCADE_WORKLOAD, seed=1, handle=ray_cluster, timeout_s=120)
-            for guard in ("prefix", "fixed")}
+    return {
+        guard: run_ray(cascade_spec(guard), CASCADE_WORKLOAD, seed=1, handle=ray_cluster, timeout_s=120)
+        for guard in ("prefix", "fixed")
+    }
 
 
 def test_the_pre_fix_guard_cascades_and_the_fix_stops_it(guard_runs):

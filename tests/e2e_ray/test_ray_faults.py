@@ -22,8 +22,10 @@ OUTAGE = (0.3, 1.3)
 
 def outage_spec(policy: str):
     return make_spec(
-        decode={"count": 1, "engine": {"num_gpu_blocks": 1000, "async_scheduling": True,
-                                       "kv_load_failure_policy": policy}},
+        decode={
+            "count": 1,
+            "engine": {"num_gpu_blocks": 1000, "async_scheduling": True, "kv_load_failure_policy": policy},
+        },
         links={"kv": {"delay_ms": 1.0, "outages": [OUTAGE]}},
         kv_pull_timeout_s=0.2,
         kv_pull_deadline_s=0.6,
@@ -39,8 +41,9 @@ OUTAGE_WORKLOAD = workload(30, 64, 16, gap_s=0.06)
 def test_a_kv_link_outage_is_survived_by_retrying_then_the_load_failure_policy(ray_cluster, policy):
     # Failure reports sent during the outage are lost: the producer frees
     # those blocks after its hold timeout (1.5 s here), as vLLM's would.
-    result = run_ray(outage_spec(policy), OUTAGE_WORKLOAD, seed=0, handle=ray_cluster, timeout_s=60,
-                     kv_hold_timeout_s=1.5)
+    result = run_ray(
+        outage_spec(policy), OUTAGE_WORKLOAD, seed=0, handle=ray_cluster, timeout_s=60, kv_hold_timeout_s=1.5
+    )
     decode = result.node_counters["decode-0"]
     reasons = collections.Counter(r.finish_reason for r in result.requests)
 
@@ -50,9 +53,13 @@ def test_a_kv_link_outage_is_survived_by_retrying_then_the_load_failure_policy(r
     assert decode["kv_pulls_failed"] == decode.get("kv_pulls_failed_deadline_exceeded", 0)
     assert decode["transport_retries"] > 0
     assert decode["kv_pulls_completed"] + decode["kv_pulls_failed"] == len(OUTAGE_WORKLOAD)
-    retried_then_landed = [r for r in result.requests
-                           if r.remote_kv_wait_end is not None and r.remote_kv_wait_start < OUTAGE[1] < r.remote_kv_wait_end
-                           and r.finish_reason == "length"]
+    retried_then_landed = [
+        r
+        for r in result.requests
+        if r.remote_kv_wait_end is not None
+        and r.remote_kv_wait_start < OUTAGE[1] < r.remote_kv_wait_end
+        and r.finish_reason == "length"
+    ]
     assert retried_then_landed, "no pull was retried through the outage"
     if policy == "recompute":
         assert reasons == {"length": len(OUTAGE_WORKLOAD)}
@@ -76,8 +83,9 @@ def test_a_killed_prefill_node_is_survived(ray_cluster):
     # arrives after the kill and must all go to prefill-1.
     wave1 = workload(24, 512, 16, prefix="a")
     wave2 = workload(8, 512, 16, gap_s=0.02, start_s=0.4, prefix="b")
-    result = run_ray(spec, wave1 + wave2, seed=0, handle=ray_cluster, timeout_s=60,
-                     faults=[{"kill": "prefill-0", "at": 0.1}])
+    result = run_ray(
+        spec, wave1 + wave2, seed=0, handle=ray_cluster, timeout_s=60, faults=[{"kill": "prefill-0", "at": 0.1}]
+    )
     reasons = collections.Counter(r.finish_reason for r in result.requests)
 
     assert result.invariant_errors == []  # every request terminal; survivors drained and free
@@ -90,4 +98,5 @@ def test_a_killed_prefill_node_is_survived(ray_cluster):
     decode = result.node_counters["decode-0"]
     # Pulls from the dead node cannot land; the decode node recomputed those.
     assert decode["kv_pulls_failed"] == decode.get("kv_pulls_failed_producer_unavailable", 0) + decode.get(
-        "kv_pulls_failed_deadline_exceeded", 0)
+        "kv_pulls_failed_deadline_exceeded", 0
+    )

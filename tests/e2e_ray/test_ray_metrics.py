@@ -65,8 +65,15 @@ class LineCatcher(logging.Handler):
 @pytest.fixture(scope="module")
 def observed(ray_cluster):
     spec = make_spec(
-        decode={"count": 1, "engine": {"num_gpu_blocks": 200, "max_num_seqs": 128, "async_scheduling": True,
-                                       "preemption_guard": "prefix"}},
+        decode={
+            "count": 1,
+            "engine": {
+                "num_gpu_blocks": 200,
+                "max_num_seqs": 128,
+                "async_scheduling": True,
+                "preemption_guard": "prefix",
+            },
+        },
         links={"kv": {"delay_ms": 1.0}},
         time_scale=0.05,
     )
@@ -89,9 +96,16 @@ def observed(ray_cluster):
     old_level = stats.level
     stats.setLevel(logging.DEBUG)
     try:
-        result = run_ray(spec, workload(N, 128, 192), seed=1, handle=ray_cluster, timeout_s=90,
-                         observer_factory=observer.factory, on_metrics_urls=on_metrics_urls,
-                         while_serving=while_serving)
+        result = run_ray(
+            spec,
+            workload(N, 128, 192),
+            seed=1,
+            handle=ray_cluster,
+            timeout_s=90,
+            observer_factory=observer.factory,
+            on_metrics_urls=on_metrics_urls,
+            while_serving=while_serving,
+        )
     finally:
         stats.removeHandler(catcher)
         stats.setLevel(old_level)
@@ -130,10 +144,17 @@ def test_held_endpoints_expose_vllm_names_and_the_final_counters(observed):
     result, seen, _ = observed
     decode, prefill = seen["held"]["decode-0"], seen["held"]["prefill-0"]
     counters = result.node_counters["decode-0"]
-    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-                 "vllm:num_preemptions_total", "vllm:time_to_first_token_seconds_count",
-                 "vllm:inter_token_latency_seconds_count", "vllm:e2e_request_latency_seconds_count",
-                 "vllm:request_queue_time_seconds_count", "disagg_sim:num_allocate_slots_calls_total"):
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_preemptions_total",
+        "vllm:time_to_first_token_seconds_count",
+        "vllm:inter_token_latency_seconds_count",
+        "vllm:e2e_request_latency_seconds_count",
+        "vllm:request_queue_time_seconds_count",
+        "disagg_sim:num_allocate_slots_calls_total",
+    ):
         value(decode, name + DECODE)
         value(prefill, name + PREFILL)
     assert value(decode, "vllm:num_preemptions_total" + DECODE) == counters["num_preemptions"] > 0
@@ -148,7 +169,9 @@ def test_held_endpoints_expose_vllm_names_and_the_final_counters(observed):
     # The run is over: the gauges show an idle node, not its last step.
     assert value(decode, "vllm:num_requests_running" + DECODE) == 0
     assert value(decode, "vllm:kv_cache_usage_perc" + DECODE) == 0
-    assert value(prefill, "vllm:num_preemptions_total" + PREFILL) == result.node_counters["prefill-0"]["num_preemptions"]
+    assert (
+        value(prefill, "vllm:num_preemptions_total" + PREFILL) == result.node_counters["prefill-0"]["num_preemptions"]
+    )
 
 
 def test_stats_lines_in_vllm_style_are_logged_by_the_driver_during_the_run(observed):
@@ -157,8 +180,13 @@ def test_stats_lines_in_vllm_style_are_logged_by_the_driver_during_the_run(obser
     assert [line for _, line in lines] == logged
     decode = [line for line in logged if line.startswith("[decode-0] Engine 001: ")]
     assert decode and any(line.startswith("[prefill-0] Engine 000: ") for line in logged)
-    assert all("Avg prompt throughput" in line and "Running: " in line and "Waiting: " in line
-               and "GPU KV cache usage: " in line for line in decode)
+    assert all(
+        "Avg prompt throughput" in line
+        and "Running: " in line
+        and "Waiting: " in line
+        and "GPU KV cache usage: " in line
+        for line in decode
+    )
     assert any("Preemptions: " in line for line in decode)
     last_finish = max(r.finish_time for r in result.requests)
     assert min(t for t, _ in lines) < last_finish  # relayed live, not only at the end

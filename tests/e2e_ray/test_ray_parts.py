@@ -8,16 +8,16 @@ import asyncio
 
 import pytest
 
+from cluster.client_events import Arrived, Finished, Scheduled, Submission, Tokens
 from cluster.ray.cluster import RayClusterHandle
 from cluster.ray.proxy_router import ProxyRouter
 from cluster.ray.runtime import parse_faults
-from node.messages import RequestMessage
-from cluster.client_events import Arrived, Finished, Scheduled, Submission, Tokens
 from cluster.wall.clock import RunClock
 from cluster.wall.delay_line import DelayedMailbox
 from cluster.wall.frames import FrameConnection, serve
 from connector.link import Link, LinkSpec
 from engine.cost_model import get_cost_model
+from node.messages import RequestMessage
 from node.settings import NodeSettings
 
 from .conftest import make_spec
@@ -77,8 +77,15 @@ class _Harness:
     def __init__(self, prefill=("prefill-0",), decode=("decode-0",), routing="round_robin"):
         self.sent: list[tuple[str, RequestMessage]] = []
         self.events: list = []
-        self.router = ProxyRouter(make_spec(routing=routing), 0, RunClock.starting_now(), list(prefill), list(decode),
-                                  lambda node, messages: self.sent.extend((node, m) for m in messages), self.events.extend)
+        self.router = ProxyRouter(
+            make_spec(routing=routing),
+            0,
+            RunClock.starting_now(),
+            list(prefill),
+            list(decode),
+            lambda node, messages: self.sent.extend((node, m) for m in messages),
+            self.events.extend,
+        )
 
     async def settle(self):
         await asyncio.sleep(0.01)
@@ -89,7 +96,7 @@ def test_the_proxy_prefills_with_one_token_then_decodes_with_the_returned_params
         h = _Harness()
         h.router.submit([Submission("a", 40, 5, 0)])
         await h.settle()
-        (node, wire), = h.sent
+        ((node, wire),) = h.sent
         assert node == "prefill-0"
         assert (wire.max_tokens, wire.kv_transfer_params) == (1, {"do_remote_decode": True})
         params = {"do_remote_prefill": True, "remote_block_ids": [1, 2, 3], "remote_address": "127.0.0.1:1"}
@@ -97,8 +104,9 @@ def test_the_proxy_prefills_with_one_token_then_decodes_with_the_returned_params
         await h.settle()
         node, wire = h.sent[1]
         assert node == "decode-0" and (wire.max_tokens, wire.kv_transfer_params) == (5, params)
-        h.router.node_events("decode-0", [["out", "a", [5, 6], None, None, 0, 0.002],
-                                          ["out", "a", [7], "length", None, 2, 0.002]])
+        h.router.node_events(
+            "decode-0", [["out", "a", [5, 6], None, None, 0, 0.002], ["out", "a", [7], "length", None, 2, 0.002]]
+        )
         await h.settle()
         h.router.close()
         return h
@@ -106,7 +114,10 @@ def test_the_proxy_prefills_with_one_token_then_decodes_with_the_returned_params
     h = run(body())
     kinds = [type(e) for e in h.events]
     assert kinds == [Arrived, Scheduled, Tokens, Tokens, Finished]
-    assert [e.token_ids for e in h.events if isinstance(e, Tokens)] == [[5, 6], [7]]  # the prefill's token is not streamed
+    assert [e.token_ids for e in h.events if isinstance(e, Tokens)] == [
+        [5, 6],
+        [7],
+    ]  # the prefill's token is not streamed
     assert (h.events[-1].request_id, h.events[-1].reason, h.events[-1].num_preemptions) == ("a", "length", 2)
     assert h.router.outstanding == {"prefill-0": 0, "decode-0": 0}
 
@@ -143,7 +154,11 @@ def test_least_loaded_routing_picks_the_node_with_fewest_outstanding_requests():
     # Without prefill nodes requests go straight to decode with their full
     # length; "a" finished, so "c" goes where it was; a tie goes to the first node.
     assert [(n, w.request_id, w.max_tokens) for n, w in h.sent] == [
-        ("decode-0", "a", 50), ("decode-1", "b", 50), ("decode-0", "c", 50), ("decode-0", "d", 50)]
+        ("decode-0", "a", 50),
+        ("decode-1", "b", 50),
+        ("decode-0", "c", 50),
+        ("decode-0", "d", 50),
+    ]
 
 
 def test_a_first_token_that_is_eos_ends_the_request_at_the_prefill_node():

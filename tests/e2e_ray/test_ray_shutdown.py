@@ -28,7 +28,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def _child(mode: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.e2e_ray.shutdown_child", mode],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
     )
 
 

@@ -28,8 +28,7 @@ def add_request(
 ) -> dict[int, bytes]:
     """Give `source` a request of `num_blocks` blocks; returns block_id → bytes."""
     blocks = {
-        first_block_id + i: block_payload(request_id, i, tokens_per_block, bytes_per_token)
-        for i in range(num_blocks)
+        first_block_id + i: block_payload(request_id, i, tokens_per_block, bytes_per_token) for i in range(num_blocks)
     }
     source.add(request_id, blocks)
     return blocks

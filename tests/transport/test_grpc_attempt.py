@@ -45,8 +45,12 @@ def make_attempt(
 
 def make_report(request_id: str, address: str, *, success: bool = True, timeout_s: float = 1.0) -> DoneReport:
     return DoneReport(
-        remote_request_id=request_id, remote_address=address, success=success,
-        number=1, timeout_s=timeout_s, consumer_id="decode-0",
+        remote_request_id=request_id,
+        remote_address=address,
+        success=success,
+        number=1,
+        timeout_s=timeout_s,
+        consumer_id="decode-0",
     )
 
 
@@ -74,9 +78,7 @@ def test_an_attempt_hands_every_block_to_on_block_under_its_prompt_index(source)
     assert (result.failure, result.reason, result.final) == (None, "", False)
     assert result.attempt is attempt and result.landed == (1, 3, 4)
     assert result.num_bytes == 3 * 1024 and result.checksum_failures == 0
-    assert [(a is attempt, i, d) for a, i, d in got] == [
-        (True, i, block_payload("r", i, 16, 64)) for i in (1, 3, 4)
-    ]
+    assert [(a is attempt, i, d) for a, i, d in got] == [(True, i, block_payload("r", i, 16, 64)) for i in (1, 3, 4)]
 
 
 def test_an_attempt_for_an_unknown_request_is_final(source):

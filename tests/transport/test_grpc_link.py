@@ -90,9 +90,7 @@ def test_a_lossy_link_still_completes_through_retries(source):
     assert link.forward.lost > 0 and link.reverse.lost > 0
     assert sum(r.attempts for r in results) > len(results)  # some pulls needed a retry
     for n, rid in enumerate(requests):
-        assert [sink.blocks[1000 * n + i] for i in range(12)] == [
-            block_payload(rid, i, 16, 64) for i in range(12)
-        ]
+        assert [sink.blocks[1000 * n + i] for i in range(12)] == [block_payload(rid, i, 16, 64) for i in range(12)]
 
 
 def test_an_outage_window_blocks_pulls_until_it_ends(source):
@@ -118,9 +116,7 @@ def test_a_dropped_unary_call_fails_with_unavailable_or_times_out(source):
     async def body():
         async with KVHandoffServer(source) as server:
             link = Link(never, seed=0)
-            async with grpc.aio.insecure_channel(
-                server.address, interceptors=link_interceptors(link)
-            ) as channel:
+            async with grpc.aio.insecure_channel(server.address, interceptors=link_interceptors(link)) as channel:
                 stub = pb_grpc.KVHandoffStub(channel)
                 codes = []
                 started = time.monotonic()

@@ -177,9 +177,7 @@ def test_concurrent_pulls_are_bounded(source):
         async with KVHandoffServer(source) as server:
             config = PullerConfig(attempt_timeout_s=1.0, deadline_s=3.0, max_concurrent_pulls=2)
             async with KVPuller(SlowSink(), config) as puller:
-                return await asyncio.gather(
-                    *(puller.pull(f"r{n}", server.address, [n], [n]) for n in range(6))
-                )
+                return await asyncio.gather(*(puller.pull(f"r{n}", server.address, [n], [n]) for n in range(6)))
 
     results = run(body())
     assert all(r.ok for r in results)

@@ -15,7 +15,9 @@ def test_empty_step_costs_nothing():
 
 def test_named_sets_and_custom_dicts():
     assert get_cost_model("unit").base_ms == 1.0
-    custom = get_cost_model({"base_ms": 3, "prefill_ms_per_token": 0, "decode_ms_per_token": 0, "context_ms_per_ktoken": 0})
+    custom = get_cost_model(
+        {"base_ms": 3, "prefill_ms_per_token": 0, "decode_ms_per_token": 0, "context_ms_per_ktoken": 0}
+    )
     assert custom.step_time(StepShape(decode_tokens=1)) == pytest.approx(0.003)
 
 

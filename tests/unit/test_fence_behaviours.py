@@ -258,7 +258,7 @@ def test_25_active_cap_blocks_even_completed_async_loads():
     a, b = create_requests(2, num_tokens=32, max_tokens=5)
     b.kv_transfer_params = {"do_remote_prefill": True, "remote_block_ids": [1, 2]}
     s.add_request(a)
-    out = s.schedule()  # a admitted, running cap reached
+    s.schedule()  # a admitted, running cap reached
     s.add_request(b)
-    out = s.schedule()
+    s.schedule()
     assert b.status == RequestStatus.WAITING  # the cap is checked before the head

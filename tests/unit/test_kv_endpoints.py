@@ -35,8 +35,15 @@ def _producer_with_a_held_prompt(prompt_len=40):
     spec = make_spec()
     _, ns, _ = spec.node_specs()[0]
     core = NodeCore(ns)
-    core.add_request(Request("r", range(prompt_len), SamplingParams(max_tokens=1), eos_token_id=2,
-                             kv_transfer_params={"do_remote_decode": True}))
+    core.add_request(
+        Request(
+            "r",
+            range(prompt_len),
+            SamplingParams(max_tokens=1),
+            eos_token_id=2,
+            kv_transfer_params={"do_remote_decode": True},
+        )
+    )
     outputs = []
     while (plan := core.schedule_step(0.0)) is not None:
         outputs += core.process_oldest(core.finish_step(plan, 0.0))

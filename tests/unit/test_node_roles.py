@@ -18,8 +18,14 @@ from node.ports import NodePorts
 from node.settings import NodeSettings
 from prefill_node.node import PrefillNode
 
-POLICY = KVFaultPolicy(attempt_timeout_s=0.3, deadline_s=2.0, backoff_initial_s=0.05, backoff_max_s=0.2,
-                       hold_timeout_s=5.0, max_concurrent_pulls=8)
+POLICY = KVFaultPolicy(
+    attempt_timeout_s=0.3,
+    deadline_s=2.0,
+    backoff_initial_s=0.05,
+    backoff_max_s=0.2,
+    hold_timeout_s=5.0,
+    max_concurrent_pulls=8,
+)
 
 
 class ScriptedKV:
@@ -58,8 +64,13 @@ def decode_node(loop, kv, policy=POLICY, failure_policy="recompute"):
 
 
 def handed_off(rid, prompt_len=40, max_tokens=4):
-    params = {"do_remote_prefill": True, "remote_block_ids": [7, 8, 9][: -(-prompt_len // 16)],
-              "remote_request_id": rid, "remote_engine_id": "prefill-0", "remote_address": "prefill-0"}
+    params = {
+        "do_remote_prefill": True,
+        "remote_block_ids": [7, 8, 9][: -(-prompt_len // 16)],
+        "remote_request_id": rid,
+        "remote_engine_id": "prefill-0",
+        "remote_address": "prefill-0",
+    }
     return RequestMessage(rid, prompt_len, max_tokens, 0.0, kv_transfer_params=params)
 
 
@@ -77,7 +88,12 @@ def test_a_timed_out_attempt_is_retried_after_the_backoff_and_the_pull_lands():
     assert (a1.number, a2.number) == (1, 2) and a1.timeout_s == 0.3
     assert t2 - t1 == 0.3 + 0.05  # the attempt's timeout, then the first backoff
     c = node.counters()
-    assert (c["kv_pull_attempts"], c["transport_retries"], c["kv_pulls_completed"], c["kv_blocks_pulled"]) == (2, 1, 1, 3)
+    assert (c["kv_pull_attempts"], c["transport_retries"], c["kv_pulls_completed"], c["kv_blocks_pulled"]) == (
+        2,
+        1,
+        1,
+        3,
+    )
     assert [(e.phase, e.ok) for e in events if isinstance(e, KVEvent)] == [("start", True), ("end", True)]
     assert finishes(events) == {"a": "length"}
     assert [r.success for r in kv.reports] == [True] and c["kv_done_reports_delivered"] == 1
@@ -126,8 +142,9 @@ def test_retries_stop_at_the_deadline():
 def test_pulls_beyond_the_cap_wait_for_a_slot():
     loop = EventLoop()
     kv = ScriptedKV(loop, [PullFailure.DEADLINE_EXCEEDED, 3])
-    policy = KVFaultPolicy(attempt_timeout_s=0.3, deadline_s=2.0, backoff_initial_s=0.05, backoff_max_s=0.2,
-                           max_concurrent_pulls=1)
+    policy = KVFaultPolicy(
+        attempt_timeout_s=0.3, deadline_s=2.0, backoff_initial_s=0.05, backoff_max_s=0.2, max_concurrent_pulls=1
+    )
     node, events = decode_node(loop, kv, policy)
     node.on_requests([handed_off("a"), handed_off("b")])
     loop.run()
@@ -139,8 +156,11 @@ def test_pulls_beyond_the_cap_wait_for_a_slot():
 def producer(loop):
     spec = NodeSpec("prefill-0", "kv_producer", cache=CacheConfig(100, 16))
     events: list = []
-    node = PrefillNode(spec, NodeSettings(get_cost_model("unit"), kv_policy=POLICY),
-                       NodePorts(loop, VirtualPipelineExecutor(loop, 1), events.extend))
+    node = PrefillNode(
+        spec,
+        NodeSettings(get_cost_model("unit"), kv_policy=POLICY),
+        NodePorts(loop, VirtualPipelineExecutor(loop, 1), events.extend),
+    )
     node.on_requests([RequestMessage("a", 40, 1, 0.0, kv_transfer_params={"do_remote_decode": True})])
     return node, events
 

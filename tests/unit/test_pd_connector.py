@@ -84,7 +84,9 @@ def test_failed_load_fail_policy_finishes_with_error():
     req.kv_transfer_params = {"do_remote_prefill": True, "remote_block_ids": [1, 2, 3]}
     c.add_request(req)
     c.update_from_output(c.schedule(), ModelRunnerOutput.empty())
-    result = c.update_from_output(c.schedule(), kv_output(finished_recving={req.request_id}, failed_recving={req.request_id}))
+    result = c.update_from_output(
+        c.schedule(), kv_output(finished_recving={req.request_id}, failed_recving={req.request_id})
+    )
     (eco,) = result[0].outputs
     assert eco.finish_reason == "error" and req.status == RequestStatus.FINISHED_ERROR
     assert free(c) == 49 and not c.requests
@@ -111,7 +113,7 @@ def test_stale_output_blocks_readmission_until_it_returns():
     keep, victim = create_requests(2, num_tokens=32, max_tokens=10, req_ids=["keep", "victim"])
     s.add_request(keep)
     s.add_request(victim)
-    out1 = s.schedule()
+    s.schedule()
     out2 = s.schedule()
     assert out2.preempted_req_ids == {"victim"}
     assert victim.num_stale_output_tokens == 32 and not victim.drop_stale_output

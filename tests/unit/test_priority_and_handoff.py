@@ -1,8 +1,6 @@
 """The PRIORITY cursor fix (PR #49206) and preemption in the middle of a P/D
 hand-off (`test_kv_pressure_preempt_mid_handoff`, three variants)."""
 
-import pytest
-
 from engine.request import RequestStatus
 from engine.testing import create_requests, create_scheduler
 
@@ -20,7 +18,9 @@ def _priority_trio():
         scheduler_reserve_full_isl=False,
     )
     a, b, c = (
-        create_requests(1, num_tokens=n, max_tokens=50, req_ids=[rid], priorities=[p], arrival_times=[t], ignore_eos=True)[0]
+        create_requests(
+            1, num_tokens=n, max_tokens=50, req_ids=[rid], priorities=[p], arrival_times=[t], ignore_eos=True
+        )[0]
         for rid, n, p, t in (("A", 200, 9, 1.0), ("B", 15, 0, 2.0), ("C", 1, 1, 3.0))
     )
     return s, a, b, c
@@ -53,7 +53,9 @@ def test_priority_cursor_after_preempting_a_skipped_victim():
 
 
 def _handoff(kv_role: str, defer_block_free: bool):
-    s = create_scheduler(num_blocks=5, block_size=16, async_scheduling=True, kv_role=kv_role, defer_block_free=defer_block_free)
+    s = create_scheduler(
+        num_blocks=5, block_size=16, async_scheduling=True, kv_role=kv_role, defer_block_free=defer_block_free
+    )
     keep, handoff = create_requests(2, num_tokens=32, max_tokens=10, req_ids=["keep", "handoff"])
     handoff.max_tokens = 1
     s.add_request(keep)

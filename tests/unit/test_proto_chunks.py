@@ -47,8 +47,12 @@ def reference_chunks(blocks: list[WireBlock], max_chunk_bytes: int) -> list[byte
         while True:
             take = min(room, len(data) - offset)
             chunk.pieces.add(
-                block_id=block_id, block_index=index, block_bytes=len(data), crc32=crc32,
-                offset=offset, data=data[offset : offset + take],
+                block_id=block_id,
+                block_index=index,
+                block_bytes=len(data),
+                crc32=crc32,
+                offset=offset,
+                data=data[offset : offset + take],
             )
             offset, room = offset + take, room - take
             if room == 0:
@@ -157,8 +161,12 @@ def test_assembler_reports_a_corrupt_block_and_carries_on():
 
 def piece(block_id, index, offset, data, block_bytes):
     return pb.BlockPiece(
-        block_id=block_id, block_index=index, offset=offset, data=data,
-        block_bytes=block_bytes, crc32=0,
+        block_id=block_id,
+        block_index=index,
+        offset=offset,
+        data=data,
+        block_bytes=block_bytes,
+        crc32=0,
     )
 
 

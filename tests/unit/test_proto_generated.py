@@ -26,8 +26,7 @@ def test_service_shape():
     service = pb.DESCRIPTOR.services_by_name["KVHandoff"]
     assert pb.DESCRIPTOR.package == "disagg"
     shape = {
-        m.name: (m.input_type.name, m.output_type.name, m.client_streaming, m.server_streaming)
-        for m in service.methods
+        m.name: (m.input_type.name, m.output_type.name, m.client_streaming, m.server_streaming) for m in service.methods
     }
     assert shape == {
         "PullBlocks": ("PullRequest", "BlockChunk", False, True),
@@ -38,11 +37,7 @@ def test_service_shape():
 
 def test_messages_round_trip():
     chunk = pb.BlockChunk(
-        pieces=[
-            pb.BlockPiece(
-                block_id=7, block_index=0, block_bytes=3, crc32=0xFFFFFFFF, offset=0, data=b"abc"
-            )
-        ]
+        pieces=[pb.BlockPiece(block_id=7, block_index=0, block_bytes=3, crc32=0xFFFFFFFF, offset=0, data=b"abc")]
     )
     again = pb.BlockChunk.FromString(chunk.SerializeToString())
     assert again == chunk and again.pieces[0].crc32 == 0xFFFFFFFF

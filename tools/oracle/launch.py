@@ -143,9 +143,7 @@ def run_driver(driver: str | Path, payload: object, name: str = "v1", timeout: f
         timeout=timeout,
     )
     if proc.returncode != 0:
-        raise OracleError(
-            f"oracle driver {driver_path.name} exited with {proc.returncode}:\n{proc.stderr[-4000:]}"
-        )
+        raise OracleError(f"oracle driver {driver_path.name} exited with {proc.returncode}:\n{proc.stderr[-4000:]}")
     try:
         return json.loads(proc.stdout)
     except json.JSONDecodeError as exc:
@@ -200,7 +198,7 @@ class OracleSession:
                 self._proc.wait()
         self._stderr.close()
 
-    def __enter__(self) -> "OracleSession":
+    def __enter__(self) -> OracleSession:
         return self
 
     def __exit__(self, *exc) -> None:

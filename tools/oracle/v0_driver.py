@@ -71,8 +71,9 @@ def run_scenario(kit, scenario):
     steps, error, error_step = [], None, None
     for i in range(scenario["max_steps"]):
         for r in arrivals.get(i, []):
-            sched.add_seq_group(kit.make_request(r["id"], r["prompt_len"], r["max_tokens"], r["arrival_time"],
-                                                 cfg["block_size"]))
+            sched.add_seq_group(
+                kit.make_request(r["id"], r["prompt_len"], r["max_tokens"], r["arrival_time"], cfg["block_size"])
+            )
         if not sched.has_unfinished_seqs() and i >= last_arrival:
             break
         del preempted[:]
@@ -82,8 +83,9 @@ def run_scenario(kit, scenario):
         except Exception as e:  # vLLM aborts the engine (e.g. out of swap space)
             error, error_step = f"{type(e).__name__}: {e}", i
             break
-        warnings = [line.split(": ", 1)[1] for line in kit.LOG.records[n_logs:]
-                    if line.startswith("WARNING vllm.core.")]
+        warnings = [
+            line.split(": ", 1)[1] for line in kit.LOG.records[n_logs:] if line.startswith("WARNING vllm.core.")
+        ]
         steps.append(_step_record(rec, list(preempted), warnings))
     return {"name": scenario["name"], "steps": steps, "error": error, "error_step": error_step}
 

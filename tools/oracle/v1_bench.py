@@ -69,5 +69,6 @@ def _one_run(n: int, cfg: dict, steps: int) -> dict:
     reqs = kit.create_requests(n, num_tokens=sched_step_cost.PROMPT_LEN, max_tokens=cfg["max_tokens"], ignore_eos=True)
     return sched_step_cost.steady_decode_cost(sched, reqs, kit.make_model_runner_output, steps)
 
+
 if __name__ == "__main__":
     main()

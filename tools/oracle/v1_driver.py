@@ -41,13 +41,12 @@ sys.path.insert(0, KIT_DIR)
 sys.path.insert(0, str(REPO / "tests" / "conformance"))
 
 _t0 = time.perf_counter()
+import v1_play  # noqa: E402
+import v1_scenario  # noqa: E402
 import vllm  # noqa: E402
 import vllm_scheduler_kit as kit  # noqa: E402
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
-
-import v1_play  # noqa: E402
-import v1_scenario  # noqa: E402
 
 IMPORT_SECONDS = time.perf_counter() - _t0
 _REAL_MODEL_CONFIG = kit.ModelConfig

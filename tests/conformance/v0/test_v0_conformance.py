@@ -4,7 +4,6 @@ prefill on and off, over-long prompts, arrivals over steps) plus hand-written
 ones, compared step by step. Skipped with the reason when the oracle is absent."""
 
 import pytest
-
 from v0_harness import compare, oracle_missing_reason, run_all, run_ours
 from v0_scenarios import hand_written_scenarios, random_scenarios
 

@@ -47,8 +47,10 @@ def oracle_missing_reason() -> str | None:
     """None when the oracle can run, else why not (for pytest.skip)."""
     py = oracle_python()
     if not py.exists():
-        return (f"v0 oracle absent: {py} does not exist (build it with tools/conformance_v0.sh or "
-                f"{shared_dir() / 'oracle' / 'build-v0.sh'}; or set DISAGG_SIM_ORACLE_V0)")
+        return (
+            f"v0 oracle absent: {py} does not exist (build it with tools/conformance_v0.sh or "
+            f"{shared_dir() / 'oracle' / 'build-v0.sh'}; or set DISAGG_SIM_ORACLE_V0)"
+        )
     kit = shared_dir() / "oracle" / "v0_scheduler_kit.py"
     if not kit.exists():
         return f"v0 oracle kit absent: {kit} does not exist (set DISAGG_SIM_SHARED to the shared/ directory)"
@@ -60,14 +62,24 @@ def _oracle_env() -> dict[str, str]:
     home = Path(os.environ.get("ORACLE_HOME", Path.home() / ".cache" / "disagg-sim" / "vllm-oracle-home"))
     home.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
-    env.update({
-        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-        "HF_HOME": str(home / "hf"), "VLLM_CACHE_ROOT": str(home / "vllm-cache"),
-        "VLLM_CONFIG_ROOT": str(home / "vllm-config"), "XDG_CACHE_HOME": str(home / "xdg-cache"),
-        "XDG_CONFIG_HOME": str(home / "xdg-config"), "TORCHINDUCTOR_CACHE_DIR": str(home / "inductor"),
-        "TRITON_CACHE_DIR": str(home / "triton"), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-        "VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "WARNING",
-    })
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_HOME": str(home / "hf"),
+            "VLLM_CACHE_ROOT": str(home / "vllm-cache"),
+            "VLLM_CONFIG_ROOT": str(home / "vllm-config"),
+            "XDG_CACHE_HOME": str(home / "xdg-cache"),
+            "XDG_CONFIG_HOME": str(home / "xdg-config"),
+            "TORCHINDUCTOR_CACHE_DIR": str(home / "inductor"),
+            "TRITON_CACHE_DIR": str(home / "triton"),
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "VLLM_TARGET_DEVICE": "cpu",
+            "VLLM_LOGGING_LEVEL": "WARNING",
+        }
+    )
     env.pop("PYTHONPATH", None)
     return env
 
@@ -78,9 +90,21 @@ def run_oracle(scenarios: list[dict], timeout: float = 600.0) -> dict:
         inp, out = Path(tmp) / "scenarios.json", Path(tmp) / "traces.json"
         inp.write_text(json.dumps({"scenarios": scenarios}))
         proc = subprocess.run(
-            [str(oracle_python()), str(DRIVER), "--kit-dir", str(shared_dir() / "oracle"), "--in", str(inp),
-             "--out", str(out)],
-            env=_oracle_env(), capture_output=True, text=True, timeout=timeout)
+            [
+                str(oracle_python()),
+                str(DRIVER),
+                "--kit-dir",
+                str(shared_dir() / "oracle"),
+                "--in",
+                str(inp),
+                "--out",
+                str(out),
+            ],
+            env=_oracle_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"v0 oracle driver failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
         return json.loads(out.read_text())
@@ -99,12 +123,18 @@ class _WarningCapture(logging.Handler):
 def run_ours(scenario: dict) -> dict:
     cfg = scenario["config"]
     adapter = V0SchedulerAdapter(
-        SchedulerConfig(max_num_batched_tokens=cfg["max_num_batched_tokens"], max_num_seqs=cfg["max_num_seqs"],
-                        max_model_len=cfg["max_model_len"], enable_chunked_prefill=cfg["enable_chunked_prefill"],
-                        preemption_mode=cfg["preemption_mode"]),
-        CacheConfig(num_gpu_blocks=cfg["num_gpu_blocks"], num_cpu_blocks=cfg["num_cpu_blocks"],
-                    block_size=cfg["block_size"]),
-        log_startup=False)
+        SchedulerConfig(
+            max_num_batched_tokens=cfg["max_num_batched_tokens"],
+            max_num_seqs=cfg["max_num_seqs"],
+            max_model_len=cfg["max_model_len"],
+            enable_chunked_prefill=cfg["enable_chunked_prefill"],
+            preemption_mode=cfg["preemption_mode"],
+        ),
+        CacheConfig(
+            num_gpu_blocks=cfg["num_gpu_blocks"], num_cpu_blocks=cfg["num_cpu_blocks"], block_size=cfg["block_size"]
+        ),
+        log_startup=False,
+    )
     sched = adapter.scheduler
     token_id = scenario.get("token_id", 7)
     arrivals: dict[int, list[dict]] = {}
@@ -118,9 +148,14 @@ def run_ours(scenario: dict) -> dict:
     try:
         for i in range(scenario["max_steps"]):
             for r in arrivals.get(i, []):
-                adapter.add_request(Request(r["id"], list(range(r["prompt_len"])),
-                                            SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True),
-                                            arrival_time=r["arrival_time"]))
+                adapter.add_request(
+                    Request(
+                        r["id"],
+                        list(range(r["prompt_len"])),
+                        SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True),
+                        arrival_time=r["arrival_time"],
+                    )
+                )
             if not sched.has_unfinished_seqs() and i >= last_arrival:
                 break
             n_warnings = len(capture.messages)
@@ -132,39 +167,50 @@ def run_ours(scenario: dict) -> dict:
             outs = adapter.last_scheduler_outputs
             req_ids = list(so.num_scheduled_tokens)
             sampled = [[] if adapter.requests[rid].is_prefill_chunk else [token_id] for rid in req_ids]
-            result = adapter.update_from_output(so, ModelRunnerOutput(req_ids, {r: k for k, r in enumerate(req_ids)},
-                                                                      sampled))
+            result = adapter.update_from_output(
+                so, ModelRunnerOutput(req_ids, {r: k for k, r in enumerate(req_ids)}, sampled)
+            )
             ignored = [g.request_id for g in outs.ignored_seq_groups]
-            steps.append({
-                "step": i,
-                "scheduled": [[s.seq_group.request_id, s.token_chunk_size, k < outs.num_prefill_groups]
-                              for k, s in enumerate(outs.scheduled_seq_groups)],
-                "num_batched_tokens": outs.num_batched_tokens,
-                "num_prefill_groups": outs.num_prefill_groups,
-                "preempted": [[rid, mode] for rid, mode in _victims(outs)],
-                "num_preempted": outs.preempted,
-                "swap_in_blocks": len(outs.blocks_to_swap_in),
-                "swap_out_blocks": len(outs.blocks_to_swap_out),
-                "ignored": ignored,
-                "finished": [o.request_id for o in result[0].outputs if o.finished and o.request_id not in ignored],
-                "waiting": [g.request_id for g in sched.waiting],
-                "running": [g.request_id for g in sched.running],
-                "swapped": [g.request_id for g in sched.swapped],
-                "free_gpu_blocks": adapter.get_num_free_gpu_blocks(),
-                "free_cpu_blocks": adapter.get_num_free_cpu_blocks(),
-                "warnings": capture.messages[n_warnings:],
-            })
+            steps.append(
+                {
+                    "step": i,
+                    "scheduled": [
+                        [s.seq_group.request_id, s.token_chunk_size, k < outs.num_prefill_groups]
+                        for k, s in enumerate(outs.scheduled_seq_groups)
+                    ],
+                    "num_batched_tokens": outs.num_batched_tokens,
+                    "num_prefill_groups": outs.num_prefill_groups,
+                    "preempted": [[rid, mode] for rid, mode in _victims(outs)],
+                    "num_preempted": outs.preempted,
+                    "swap_in_blocks": len(outs.blocks_to_swap_in),
+                    "swap_out_blocks": len(outs.blocks_to_swap_out),
+                    "ignored": ignored,
+                    "finished": [o.request_id for o in result[0].outputs if o.finished and o.request_id not in ignored],
+                    "waiting": [g.request_id for g in sched.waiting],
+                    "running": [g.request_id for g in sched.running],
+                    "swapped": [g.request_id for g in sched.swapped],
+                    "free_gpu_blocks": adapter.get_num_free_gpu_blocks(),
+                    "free_cpu_blocks": adapter.get_num_free_cpu_blocks(),
+                    "warnings": capture.messages[n_warnings:],
+                }
+            )
     finally:
         log.removeHandler(capture)
-    return {"name": scenario["name"], "steps": steps, "error": error, "error_step": error_step,
-            "counters": adapter.counters()}
+    return {
+        "name": scenario["name"],
+        "steps": steps,
+        "error": error,
+        "error_step": error_step,
+        "counters": adapter.counters(),
+    }
 
 
 def _victims(outs) -> list[tuple[str, str]]:
     # The oracle records victims in preemption order; ours keeps one list per mode,
     # and a pass preempts in a single mode (the mode is a scheduler-wide setting).
-    return ([(g.request_id, "RECOMPUTE") for g in outs.preempted_seq_groups]
-            + [(g.request_id, "SWAP") for g in outs.swapped_out_seq_groups])
+    return [(g.request_id, "RECOMPUTE") for g in outs.preempted_seq_groups] + [
+        (g.request_id, "SWAP") for g in outs.swapped_out_seq_groups
+    ]
 
 
 def compare(scenario: dict, ours: dict, theirs: dict) -> list[str]:
@@ -189,9 +235,16 @@ def run_all(scenarios: list[dict]) -> tuple[list[str], dict]:
     """(differences, summary) over all scenarios."""
     oracle = run_oracle(scenarios)
     diffs: list[str] = []
-    summary = {"scenarios": len(scenarios), "steps": 0, "preemptions": 0, "swap_outs": 0, "ignored": 0,
-               "aborted_runs": 0, "oracle_seconds": round(oracle.get("seconds", 0.0), 2),
-               "vllm_version": oracle["vllm_version"]}
+    summary = {
+        "scenarios": len(scenarios),
+        "steps": 0,
+        "preemptions": 0,
+        "swap_outs": 0,
+        "ignored": 0,
+        "aborted_runs": 0,
+        "oracle_seconds": round(oracle.get("seconds", 0.0), 2),
+        "vllm_version": oracle["vllm_version"],
+    }
     for scenario, theirs in zip(scenarios, oracle["traces"]):
         assert theirs["name"] == scenario["name"]
         ours = run_ours(scenario)

@@ -41,8 +41,15 @@ def _requests(rng: random.Random, n: int, block_size: int, max_model_len: int, m
         arrival_time = round(step + 0.001 * (i + 1), 6)
         if reqs and reqs[-1]["arrival_step"] == step and rng.random() < 0.15:
             arrival_time = reqs[-1]["arrival_time"]  # a tie: both sides must keep add order (stable sort)
-        reqs.append({"id": f"r{i}", "prompt_len": prompt_len, "max_tokens": max_tokens,
-                     "arrival_step": step, "arrival_time": arrival_time})
+        reqs.append(
+            {
+                "id": f"r{i}",
+                "prompt_len": prompt_len,
+                "max_tokens": max_tokens,
+                "arrival_step": step,
+                "arrival_time": arrival_time,
+            }
+        )
     return reqs
 
 
@@ -65,8 +72,9 @@ def random_scenario(seed: int, chunked: bool, swap: bool) -> dict:
     if swap:
         preemption_mode = "swap"
         # Sometimes too small on purpose: vLLM aborts when swap space runs out.
-        num_cpu_blocks = (rng.randint(1, 12) if rng.random() < 0.25
-                          else rng.randint(num_gpu_blocks, 3 * num_gpu_blocks + 8))
+        num_cpu_blocks = (
+            rng.randint(1, 12) if rng.random() < 0.25 else rng.randint(num_gpu_blocks, 3 * num_gpu_blocks + 8)
+        )
     else:
         preemption_mode = rng.choice([None, "recompute"])
         num_cpu_blocks = rng.choice([0, rng.randint(1, 64)])
@@ -97,37 +105,76 @@ def random_scenarios(count: int, base_seed: int = 0) -> list[dict]:
 
 
 def _fixed(name: str, config: dict, requests: list[tuple]) -> dict:
-    base = {"num_cpu_blocks": 0, "block_size": 16, "max_num_seqs": 256, "max_num_batched_tokens": None,
-            "max_model_len": 256, "enable_chunked_prefill": False, "preemption_mode": None}
+    base = {
+        "num_cpu_blocks": 0,
+        "block_size": 16,
+        "max_num_seqs": 256,
+        "max_num_batched_tokens": None,
+        "max_model_len": 256,
+        "enable_chunked_prefill": False,
+        "preemption_mode": None,
+    }
     base.update(config)
-    reqs = [{"id": rid, "prompt_len": p, "max_tokens": m, "arrival_step": s, "arrival_time": round(s + 0.001 * (i + 1), 6)}
-            for i, (rid, p, m, s) in enumerate(requests)]
+    reqs = [
+        {"id": rid, "prompt_len": p, "max_tokens": m, "arrival_step": s, "arrival_time": round(s + 0.001 * (i + 1), 6)}
+        for i, (rid, p, m, s) in enumerate(requests)
+    ]
     return {"name": name, "seed": 0, "max_steps": MAX_STEPS, "token_id": 7, "config": base, "requests": reqs}
 
 
 def hand_written_scenarios() -> list[dict]:
     return [
         # A long head that does not fit blocks the short ones behind it.
-        _fixed("hol-long-head", {"num_gpu_blocks": 10},
-               [("long0", 100, 30, 0), ("long1", 150, 5, 1), ("s0", 8, 3, 1), ("s1", 8, 3, 1)]),
+        _fixed(
+            "hol-long-head",
+            {"num_gpu_blocks": 10},
+            [("long0", 100, 30, 0), ("long1", 150, 5, 1), ("s0", 8, 3, 1), ("s1", 8, 3, 1)],
+        ),
         # Decode growth preempts the latest arrival, which goes back to the waiting head.
-        _fixed("recompute-thrash", {"num_gpu_blocks": 6, "block_size": 4, "max_model_len": 64},
-               [(f"q{i}", 6, 20, 0) for i in range(4)] + [("late", 4, 2, 3)]),
+        _fixed(
+            "recompute-thrash",
+            {"num_gpu_blocks": 6, "block_size": 4, "max_model_len": 64},
+            [(f"q{i}", 6, 20, 0) for i in range(4)] + [("late", 4, 2, 3)],
+        ),
         # Swapped groups keep the prefill phase shut.
-        _fixed("swap-priority", {"num_gpu_blocks": 6, "block_size": 4, "max_model_len": 64, "num_cpu_blocks": 32,
-                                 "preemption_mode": "swap"},
-               [(f"q{i}", 6, 16, 0) for i in range(4)] + [("late", 2, 2, 2)]),
+        _fixed(
+            "swap-priority",
+            {
+                "num_gpu_blocks": 6,
+                "block_size": 4,
+                "max_model_len": 64,
+                "num_cpu_blocks": 32,
+                "preemption_mode": "swap",
+            },
+            [(f"q{i}", 6, 16, 0) for i in range(4)] + [("late", 2, 2, 2)],
+        ),
         # Over-long prompts are dropped without blocking; with chunking the limit is max_model_len.
-        _fixed("ignored-prompts", {"num_gpu_blocks": 40, "max_model_len": 64},
-               [("big", 65, 2, 0), ("ok", 64, 2, 0), ("tiny", 1, 2, 0)]),
-        _fixed("ignored-prompts-chunked", {"num_gpu_blocks": 40, "max_model_len": 64, "enable_chunked_prefill": True,
-                                           "max_num_batched_tokens": 16, "max_num_seqs": 8},
-               [("big", 65, 2, 0), ("ok", 64, 2, 0), ("tiny", 1, 2, 0)]),
+        _fixed(
+            "ignored-prompts",
+            {"num_gpu_blocks": 40, "max_model_len": 64},
+            [("big", 65, 2, 0), ("ok", 64, 2, 0), ("tiny", 1, 2, 0)],
+        ),
+        _fixed(
+            "ignored-prompts-chunked",
+            {
+                "num_gpu_blocks": 40,
+                "max_model_len": 64,
+                "enable_chunked_prefill": True,
+                "max_num_batched_tokens": 16,
+                "max_num_seqs": 8,
+            },
+            [("big", 65, 2, 0), ("ok", 64, 2, 0), ("tiny", 1, 2, 0)],
+        ),
         # A watermark of one block (100 blocks): admission stops one block early.
-        _fixed("watermark", {"num_gpu_blocks": 100, "block_size": 4, "max_model_len": 400},
-               [("a", 396, 1, 0), ("b", 400, 1, 0), ("c", 4, 1, 0)]),
+        _fixed(
+            "watermark",
+            {"num_gpu_blocks": 100, "block_size": 4, "max_model_len": 400},
+            [("a", 396, 1, 0), ("b", 400, 1, 0), ("c", 4, 1, 0)],
+        ),
         # Swap space too small: vLLM aborts the engine.
-        _fixed("swap-space-exhausted", {"num_gpu_blocks": 6, "block_size": 4, "max_model_len": 64, "num_cpu_blocks": 1,
-                                        "preemption_mode": "swap"},
-               [(f"q{i}", 6, 16, 0) for i in range(4)]),
+        _fixed(
+            "swap-space-exhausted",
+            {"num_gpu_blocks": 6, "block_size": 4, "max_model_len": 64, "num_cpu_blocks": 1, "preemption_mode": "swap"},
+            [(f"q{i}", 6, 16, 0) for i in range(4)],
+        ),
     ]

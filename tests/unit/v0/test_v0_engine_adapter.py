@@ -12,15 +12,22 @@ from engine.v0 import CacheConfig, SchedulerConfig, V0SchedulerAdapter
 
 def make_adapter(num_gpu_blocks=40, block_size=4, num_cpu_blocks=0, **sched):
     cfg = {"max_num_seqs": 8, "max_model_len": 64, **sched}
-    return V0SchedulerAdapter(SchedulerConfig(**cfg), CacheConfig(num_gpu_blocks=num_gpu_blocks,
-                                                                  num_cpu_blocks=num_cpu_blocks,
-                                                                  block_size=block_size), log_startup=False)
+    return V0SchedulerAdapter(
+        SchedulerConfig(**cfg),
+        CacheConfig(num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, block_size=block_size),
+        log_startup=False,
+    )
 
 
 def req(rid, prompt_len, max_tokens=4, arrival=0.0, **sp):
     params = {"ignore_eos": True, **sp}
-    return Request(rid, list(range(prompt_len)), SamplingParams(max_tokens=max_tokens, **params),
-                   eos_token_id=sp.pop("eos", None), arrival_time=arrival)
+    return Request(
+        rid,
+        list(range(prompt_len)),
+        SamplingParams(max_tokens=max_tokens, **params),
+        eos_token_id=sp.pop("eos", None),
+        arrival_time=arrival,
+    )
 
 
 def runner_output(so, tokens):
@@ -36,10 +43,16 @@ def test_a_step_reports_tokens_new_requests_and_outputs():
     so = a.schedule(now=0.0)
     assert so.num_scheduled_tokens == {"x": 10, "y": 6}
     assert so.total_num_scheduled_tokens == 16
-    assert [(n.req_id, n.prompt_len, n.num_computed_tokens) for n in so.scheduled_new_reqs] == [("x", 10, 0), ("y", 6, 0)]
+    assert [(n.req_id, n.prompt_len, n.num_computed_tokens) for n in so.scheduled_new_reqs] == [
+        ("x", 10, 0),
+        ("y", 6, 0),
+    ]
     assert so.finished_req_ids == set() and so.preempted_req_ids == set()
     out = a.update_from_output(so, runner_output(so, {"x": [11], "y": [12]}))[0]
-    assert [(o.request_id, o.new_token_ids, o.finish_reason) for o in out.outputs] == [("x", [11], None), ("y", [12], None)]
+    assert [(o.request_id, o.new_token_ids, o.finish_reason) for o in out.outputs] == [
+        ("x", [11], None),
+        ("y", [12], None),
+    ]
     so = a.schedule(now=1.0)
     assert so.num_scheduled_tokens == {"x": 1, "y": 1}
     assert so.scheduled_cached_reqs.req_ids == ["x", "y"]
@@ -162,7 +175,7 @@ def test_metrics_use_vllm_names_and_fractions():
     a = make_adapter(num_gpu_blocks=10, num_cpu_blocks=4)
     a.add_request(req("x", 8))
     a.add_request(req("y", 100))  # ignored
-    a.add_request(req("z", 40))   # 10 blocks: waits (LATER)
+    a.add_request(req("z", 40))  # 10 blocks: waits (LATER)
     so = a.schedule()
     a.update_from_output(so, runner_output(so, {"x": [1]}))
     assert a.metrics() == {
@@ -177,8 +190,11 @@ def test_metrics_use_vllm_names_and_fractions():
 
 def test_startup_line_and_periodic_stats_line(caplog):
     caplog.set_level(logging.INFO, logger="vllm.v0")
-    a = V0SchedulerAdapter(SchedulerConfig(max_num_seqs=8, max_model_len=64),
-                           CacheConfig(num_gpu_blocks=10, num_cpu_blocks=4, block_size=4), start_time=100.0)
+    a = V0SchedulerAdapter(
+        SchedulerConfig(max_num_seqs=8, max_model_len=64),
+        CacheConfig(num_gpu_blocks=10, num_cpu_blocks=4, block_size=4),
+        start_time=100.0,
+    )
     assert [r.getMessage() for r in caplog.records] == ["# GPU blocks: 10, # CPU blocks: 4"]
     assert caplog.records[0].name == "vllm.v0"
     a.add_request(req("x", 8, max_tokens=9))
@@ -189,6 +205,8 @@ def test_startup_line_and_periodic_stats_line(caplog):
     a.update_from_output(so, runner_output(so, {"x": [2]}))
     line = a.log_stats(now=110.0)
     # 8 prompt tokens and 1 + 1 generated tokens over 10 s; x holds 3 of 10 blocks.
-    assert line == ("Avg prompt throughput: 0.8 tokens/s, Avg generation throughput: 0.2 tokens/s, Running: 1 reqs, "
-                    "Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 30.0%, CPU KV cache usage: 0.0%.")
+    assert line == (
+        "Avg prompt throughput: 0.8 tokens/s, Avg generation throughput: 0.2 tokens/s, Running: 1 reqs, "
+        "Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 30.0%, CPU KV cache usage: 0.0%."
+    )
     assert caplog.records[-1].getMessage() == line

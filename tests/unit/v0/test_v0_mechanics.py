@@ -12,12 +12,26 @@ from engine.v0.policy import PolicyFactory
 from engine.v0.testing import engine_step, ids, make_seq_group
 
 
-def make_scheduler(num_gpu_blocks, block_size=4, num_cpu_blocks=0, max_model_len=256, max_num_batched_tokens=None,
-                   max_num_seqs=8, chunked=False, preemption_mode=None):
+def make_scheduler(
+    num_gpu_blocks,
+    block_size=4,
+    num_cpu_blocks=0,
+    max_model_len=256,
+    max_num_batched_tokens=None,
+    max_num_seqs=8,
+    chunked=False,
+    preemption_mode=None,
+):
     return Scheduler(
-        SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                        max_model_len=max_model_len, enable_chunked_prefill=chunked, preemption_mode=preemption_mode),
-        CacheConfig(num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, block_size=block_size))
+        SchedulerConfig(
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len,
+            enable_chunked_prefill=chunked,
+            preemption_mode=preemption_mode,
+        ),
+        CacheConfig(num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, block_size=block_size),
+    )
 
 
 def free(s):
@@ -89,7 +103,9 @@ def test_chunked_prefill_schedules_decodes_first_and_fills_the_budget_with_chunk
     s.add_seq_group(make_seq_group("long", 40, max_tokens=2, arrival_time=1, block_size=4))
     metadata, outs = s.schedule(1)
     assert [(m.request_id, m.token_chunk_size, m.is_prompt, m.do_sample) for m in metadata] == [
-        ("long", 15, True, False), ("a", 1, False, True)]
+        ("long", 15, True, False),
+        ("a", 1, False, True),
+    ]
     assert outs.num_prefill_groups == 1 and outs.num_batched_tokens == 16
     # The whole sequence is allocated at admission (10 blocks), not per chunk.
     assert free(s)[0] == 40 - 2 - 10
@@ -136,7 +152,8 @@ def test_watermark_applies_to_admission_not_to_decode_appends(caplog):
     assert step.prefills == [("a", 396)] and step.ignored == ["b"]
     assert ids(s.waiting) == ["c"]
     assert [r.getMessage() for r in caplog.records] == [
-        "Input prompt (400 tokens) is too long and exceeds the capacity of block_manager"]
+        "Input prompt (400 tokens) is too long and exceeds the capacity of block_manager"
+    ]
     step = engine_step(s, 1)  # a's 397th token needs block 100: the watermark does not stop it
     assert step.decodes == ["a"] and free(s)[0] == 0
 
@@ -181,7 +198,8 @@ def test_preemption_warning_is_logged_for_the_1st_51st_and_101st_preemption(capl
     assert msgs[0] == (
         "Sequence group q0 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. "
         "This can affect the end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to "
-        "provide more KV cache memory. total_num_cumulative_preemption=1")
+        "provide more KV cache memory. total_num_cumulative_preemption=1"
+    )
     assert [m.rsplit("=", 1)[1] for m in msgs] == ["1", "51", "101"]
 
 
@@ -194,11 +212,14 @@ def test_the_only_policy_is_fcfs_sorting_by_arrival_stably():
     assert ids(PolicyFactory.get_policy("fcfs").sort_by_priority(10.0, groups)) == ["w", "y", "x", "z"]
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"max_num_seqs": 0}, "max_num_seqs=0 is invalid"),
-    ({"preemption_mode": "evict"}, "preemption_mode='evict' is invalid; allowed: null"),
-    ({"max_num_batched_tokens": 4, "max_num_seqs": 8, "enable_chunked_prefill": True}, r"must be >= max_num_seqs"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"max_num_seqs": 0}, "max_num_seqs=0 is invalid"),
+        ({"preemption_mode": "evict"}, "preemption_mode='evict' is invalid; allowed: null"),
+        ({"max_num_batched_tokens": 4, "max_num_seqs": 8, "enable_chunked_prefill": True}, r"must be >= max_num_seqs"),
+    ],
+)
 def test_scheduler_config_errors_name_the_field(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SchedulerConfig(**kwargs)
@@ -210,11 +231,14 @@ def test_scheduler_config_defaults_follow_vllm():
     assert SchedulerConfig(enable_chunked_prefill=True).max_num_batched_tokens == 512
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"num_gpu_blocks": 0}, "num_gpu_blocks=0 is invalid"),
-    ({"num_gpu_blocks": 4, "num_cpu_blocks": -1}, "num_cpu_blocks=-1 is invalid"),
-    ({"num_gpu_blocks": 4, "watermark": 1.0}, "watermark=1.0 is invalid"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"num_gpu_blocks": 0}, "num_gpu_blocks=0 is invalid"),
+        ({"num_gpu_blocks": 4, "num_cpu_blocks": -1}, "num_cpu_blocks=-1 is invalid"),
+        ({"num_gpu_blocks": 4, "watermark": 1.0}, "watermark=1.0 is invalid"),
+    ],
+)
 def test_cache_config_errors_name_the_field(kwargs, match):
     with pytest.raises(ValueError, match=match):
         CacheConfig(**kwargs)

@@ -9,12 +9,26 @@ from engine.v0 import CacheConfig, Scheduler, SchedulerConfig, SequenceStatus
 from engine.v0.testing import engine_step, ids, make_seq_group
 
 
-def make_scheduler(num_gpu_blocks, block_size=16, num_cpu_blocks=0, max_model_len=256, max_num_batched_tokens=None,
-                   max_num_seqs=8, chunked=False, preemption_mode=None):
+def make_scheduler(
+    num_gpu_blocks,
+    block_size=16,
+    num_cpu_blocks=0,
+    max_model_len=256,
+    max_num_batched_tokens=None,
+    max_num_seqs=8,
+    chunked=False,
+    preemption_mode=None,
+):
     return Scheduler(
-        SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                        max_model_len=max_model_len, enable_chunked_prefill=chunked, preemption_mode=preemption_mode),
-        CacheConfig(num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, block_size=block_size))
+        SchedulerConfig(
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len,
+            enable_chunked_prefill=chunked,
+            preemption_mode=preemption_mode,
+        ),
+        CacheConfig(num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, block_size=block_size),
+    )
 
 
 # Rule 1 -----------------------------------------------------------------------
@@ -42,7 +56,12 @@ def test_rule2_head_that_cannot_allocate_stops_the_prefill_phase():
     assert step.decodes == ["big"]
     assert ids(s.waiting) == ["long", "short"]
     c = s.starvation
-    assert (c.head_of_line_events, c.head_of_line_bypassable, c.head_of_line_alloc_later, c.head_of_line_budget) == (1, 1, 1, 0)
+    assert (c.head_of_line_events, c.head_of_line_bypassable, c.head_of_line_alloc_later, c.head_of_line_budget) == (
+        1,
+        1,
+        1,
+        0,
+    )
     assert c.head_of_line_blockers == {"long": 1}
 
 
@@ -179,8 +198,15 @@ def test_rule6_no_prefill_while_swapped_is_non_empty():
 
 
 def test_rule6_chunked_prefill_admits_prefills_while_swapped_is_non_empty():
-    s = make_scheduler(4, block_size=4, num_cpu_blocks=8, preemption_mode="swap", chunked=True,
-                       max_num_batched_tokens=64, max_model_len=64)
+    s = make_scheduler(
+        4,
+        block_size=4,
+        num_cpu_blocks=8,
+        preemption_mode="swap",
+        chunked=True,
+        max_num_batched_tokens=64,
+        max_model_len=64,
+    )
     s.add_seq_group(make_seq_group("a", 8, max_tokens=30, arrival_time=0, block_size=4))
     s.add_seq_group(make_seq_group("b", 8, max_tokens=30, arrival_time=1, block_size=4))
     engine_step(s)

@@ -11,17 +11,25 @@ from engine.v0 import CacheConfig, SchedulerConfig, StarvationCounters, V0Schedu
 
 def make_adapter(num_gpu_blocks, block_size=4, num_cpu_blocks=0, **sched):
     cfg = {"max_num_seqs": 8, "max_model_len": 256, **sched}
-    return V0SchedulerAdapter(SchedulerConfig(**cfg),
-                              CacheConfig(num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks,
-                                          block_size=block_size), log_startup=False)
+    return V0SchedulerAdapter(
+        SchedulerConfig(**cfg),
+        CacheConfig(num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, block_size=block_size),
+        log_startup=False,
+    )
 
 
 def drive(adapter, arrivals, max_steps=500):
     """arrivals: {step: [(request_id, prompt_len, max_tokens), ...]}; runs to completion."""
     for step in range(max_steps):
         for k, (rid, prompt_len, max_tokens) in enumerate(arrivals.get(step, [])):
-            adapter.add_request(Request(rid, list(range(prompt_len)), SamplingParams(max_tokens=max_tokens, ignore_eos=True),
-                                        arrival_time=step + 0.001 * (k + 1)))
+            adapter.add_request(
+                Request(
+                    rid,
+                    list(range(prompt_len)),
+                    SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+                    arrival_time=step + 0.001 * (k + 1),
+                )
+            )
         if not adapter.has_requests() and step > max(arrivals):
             return step
         so = adapter.schedule(now=float(step))
@@ -45,8 +53,10 @@ def test_head_of_line_blocking_is_detected_and_dominant():
     assert c["recompute_reinsertions"] == 0 and c["swap_priority_events"] == 0
     path, why = a.diagnose()
     assert path == "head-of-line"
-    assert why.startswith("head-of-line dominates with 7 of 7 held-back request-steps (100.0%). "
-                          "The worst blocking head was request 'long' (7 steps).")
+    assert why.startswith(
+        "head-of-line dominates with 7 of 7 held-back request-steps (100.0%). "
+        "The worst blocking head was request 'long' (7 steps)."
+    )
 
 
 def test_control_without_the_long_prompt_nothing_starves():
@@ -74,7 +84,11 @@ def test_recompute_reinsertion_is_detected_and_dominant():
     a = make_adapter(6)
     drive(a, {0: [("q0", 8, 10), ("q1", 8, 10)], 1: [("late", 16, 4)]})
     c = a.counters()["starvation"]
-    assert (c["recompute_reinsertions"], c["recompute_overtaken"], c["recompute_overtaken_earlier_arrivals"]) == (4, 4, 0)
+    assert (c["recompute_reinsertions"], c["recompute_overtaken"], c["recompute_overtaken_earlier_arrivals"]) == (
+        4,
+        4,
+        0,
+    )
     assert c["head_of_line_events"] == 0 and c["swap_priority_events"] == 0
     assert a.counters()["num_preemptions_recompute"] == 4
     assert a.diagnose()[0] == "preempt-reinsert"
