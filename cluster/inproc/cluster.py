@@ -15,6 +15,7 @@ from typing import Any
 from connector.link import Direction, Link
 from decode_node.node import DecodeNode
 from engine.records import RequestRecord, WorkloadRequest
+from engine.sampler import DeterministicSampler
 from node.messages import KVEvent, NodeEvent, OutputEvent, RequestMessage
 from node.ports import NodePorts
 from node.role import NodeRole
@@ -253,7 +254,7 @@ class InProcCluster:
             if not n.alive:
                 node_counters[name]["killed"] = 1
         records = [self.records[r] for r in sorted(self.records, key=lambda r: (self.records[r].arrival_time, r))]
-        sampler = self.decode_nodes[0].core.sampler
+        sampler = DeterministicSampler(self.spec.sampler.seed + self.seed, self.spec.sampler.stop_probability)
         errors = check_requests(
             records, sampler.token_at, sampler.eos_token_id, self.spec.decode.engine.max_model_len, self._workload
         )

@@ -7,7 +7,6 @@ that a puller's `pull()` runs.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import grpc
@@ -35,11 +34,6 @@ RETRYABLE_CODES = {
 }  # every other code (INTERNAL, UNKNOWN, RESOURCE_EXHAUSTED, ...) → PRODUCER_ERROR
 
 
-def _positive(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"PullerConfig.{name} must be a finite number > 0, got {value!r}")
-
-
 @dataclass(frozen=True)
 class PullerConfig:
     """Retry and sizing settings of a KVPuller. Times are wall-clock seconds.
@@ -59,16 +53,10 @@ class PullerConfig:
     max_message_bytes: int = MAX_MESSAGE_BYTES
 
     def __post_init__(self) -> None:
-        for name in ("attempt_timeout_s", "deadline_s", "backoff_initial_s", "backoff_max_s"):
-            _positive(name, getattr(self, name))
-        if self.backoff_max_s < self.backoff_initial_s:
-            raise ValueError(
-                f"PullerConfig.backoff_max_s ({self.backoff_max_s}) must be >= "
-                f"backoff_initial_s ({self.backoff_initial_s})"
-            )
-        n = self.max_concurrent_pulls
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"PullerConfig.max_concurrent_pulls must be an int >= 1, got {n!r}")
+        try:  # the times and the concurrency cap are the shared policy's: it validates them
+            self.fault_policy()
+        except ValueError as err:
+            raise ValueError(str(err).replace("KVFaultPolicy.", "PullerConfig.")) from None
         if self.max_chunk_bytes != 0:
             try:
                 validate_chunk_bytes(self.max_chunk_bytes)

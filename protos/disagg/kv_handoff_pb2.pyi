@@ -1,11 +1,9 @@
-from collections.abc import Iterable as _Iterable
-from collections.abc import Mapping as _Mapping
-from typing import ClassVar as _ClassVar
-
-from google.protobuf import descriptor as _descriptor
-from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -21,20 +19,13 @@ class PullRequest(_message.Message):
     max_chunk_bytes: int
     consumer_id: str
     attempt: int
-    def __init__(
-        self,
-        request_id: str | None = ...,
-        block_ids: _Iterable[int] | None = ...,
-        max_chunk_bytes: int | None = ...,
-        consumer_id: str | None = ...,
-        attempt: int | None = ...,
-    ) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., block_ids: _Optional[_Iterable[int]] = ..., max_chunk_bytes: _Optional[int] = ..., consumer_id: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class BlockChunk(_message.Message):
     __slots__ = ("pieces",)
     PIECES_FIELD_NUMBER: _ClassVar[int]
     pieces: _containers.RepeatedCompositeFieldContainer[BlockPiece]
-    def __init__(self, pieces: _Iterable[BlockPiece | _Mapping] | None = ...) -> None: ...
+    def __init__(self, pieces: _Optional[_Iterable[_Union[BlockPiece, _Mapping]]] = ...) -> None: ...
 
 class BlockPiece(_message.Message):
     __slots__ = ("block_id", "block_index", "block_bytes", "crc32", "offset", "data")
@@ -50,15 +41,7 @@ class BlockPiece(_message.Message):
     crc32: int
     offset: int
     data: bytes
-    def __init__(
-        self,
-        block_id: int | None = ...,
-        block_index: int | None = ...,
-        block_bytes: int | None = ...,
-        crc32: int | None = ...,
-        offset: int | None = ...,
-        data: bytes | None = ...,
-    ) -> None: ...
+    def __init__(self, block_id: _Optional[int] = ..., block_index: _Optional[int] = ..., block_bytes: _Optional[int] = ..., crc32: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class DoneRequest(_message.Message):
     __slots__ = ("request_id", "success", "consumer_id", "reason")
@@ -70,25 +53,19 @@ class DoneRequest(_message.Message):
     success: bool
     consumer_id: str
     reason: str
-    def __init__(
-        self,
-        request_id: str | None = ...,
-        success: bool | None = ...,
-        consumer_id: str | None = ...,
-        reason: str | None = ...,
-    ) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., success: _Optional[bool] = ..., consumer_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class DoneAck(_message.Message):
     __slots__ = ("first_report",)
     FIRST_REPORT_FIELD_NUMBER: _ClassVar[int]
     first_report: bool
-    def __init__(self, first_report: bool | None = ...) -> None: ...
+    def __init__(self, first_report: _Optional[bool] = ...) -> None: ...
 
 class HealthCheckRequest(_message.Message):
     __slots__ = ("service",)
     SERVICE_FIELD_NUMBER: _ClassVar[int]
     service: str
-    def __init__(self, service: str | None = ...) -> None: ...
+    def __init__(self, service: _Optional[str] = ...) -> None: ...
 
 class HealthCheckResponse(_message.Message):
     __slots__ = ("status",)
@@ -97,10 +74,9 @@ class HealthCheckResponse(_message.Message):
         UNKNOWN: _ClassVar[HealthCheckResponse.ServingStatus]
         SERVING: _ClassVar[HealthCheckResponse.ServingStatus]
         NOT_SERVING: _ClassVar[HealthCheckResponse.ServingStatus]
-
     UNKNOWN: HealthCheckResponse.ServingStatus
     SERVING: HealthCheckResponse.ServingStatus
     NOT_SERVING: HealthCheckResponse.ServingStatus
     STATUS_FIELD_NUMBER: _ClassVar[int]
     status: HealthCheckResponse.ServingStatus
-    def __init__(self, status: HealthCheckResponse.ServingStatus | str | None = ...) -> None: ...
+    def __init__(self, status: _Optional[_Union[HealthCheckResponse.ServingStatus, str]] = ...) -> None: ...

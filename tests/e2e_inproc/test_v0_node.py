@@ -111,19 +111,19 @@ def _hand_driven_node(blocks, max_model_len=64, block_size=4):
 
 
 def _step(core, now):
-    plan = core.engine.schedule_step(now)
+    plan = core.schedule_step(now)
     if plan is None:
         return None
-    return core.engine.process_oldest(core.runner.finish_step(plan, now))
+    return core.process_oldest(core.finish_step(plan, now))
 
 
 def test_an_ignored_prompt_alone_still_gets_its_step_and_its_output():
     core = _hand_driven_node(blocks=32)
-    core.engine.add_request(Request("long", range(65), SamplingParams(max_tokens=4)))
+    core.add_request(Request("long", range(65), SamplingParams(max_tokens=4)))
     outputs = _step(core, 0.0)  # schedules no token, but must not be dropped
     assert [(o.request_id, o.new_token_ids, o.finish_reason) for o in outputs] == [("long", [], "length")]
-    assert core.engine.step_records[-1].num_scheduled_tokens == 0
-    assert not core.engine.has_work()
+    assert core.step_records[-1].num_scheduled_tokens == 0
+    assert not core.has_work()
 
 
 def test_a_request_that_preempts_itself_is_recomputed_and_then_ignored_not_stranded():
@@ -131,16 +131,16 @@ def test_a_request_that_preempts_itself_is_recomputed_and_then_ignored_not_stran
     # needs a free block, so it preempts itself (an empty step the loop must run);
     # recomputing 17 tokens needs 5 blocks, more than the pool: ignored.
     core = _hand_driven_node(blocks=4)
-    core.engine.add_request(Request("x", range(16), SamplingParams(max_tokens=8)))
+    core.add_request(Request("x", range(16), SamplingParams(max_tokens=8)))
     first = _step(core, 0.0)
     assert [len(o.new_token_ids) for o in first] == [1]
     assert _step(core, 1.0) == []
-    assert core.engine.step_records[-1].num_preemptions_total == 1
+    assert core.step_records[-1].num_preemptions_total == 1
     last = _step(core, 2.0)
     assert [(o.request_id, o.new_token_ids, o.finish_reason, o.num_preemptions) for o in last] == [
         ("x", [], "length", 1)
     ]
-    assert core.scheduler.counters()["num_ignored_prompts"] == 1 and not core.engine.has_work()
+    assert core.scheduler.counters()["num_ignored_prompts"] == 1 and not core.has_work()
     core.check_block_conservation()
 
 

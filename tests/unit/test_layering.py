@@ -1,0 +1,69 @@
+"""The layout's rules, checked on the source: dependencies point one way
+(engine <- connector <- node <- roles <- cluster <- bench), the two roles
+never import each other, the roles and the shared node package do no I/O,
+and both runtimes run the very same role classes."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from cluster.inproc import InProcCluster
+from cluster.wall.node_host import WallNodeHost, WallNodeSettings
+from decode_node.node import DecodeNode
+from prefill_node.node import PrefillNode
+from tests.e2e_ray.conftest import make_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+FIRST_PARTY = {"engine", "connector", "node", "prefill_node", "decode_node", "cluster", "bench", "protos"}
+IO_MODULES = {"asyncio", "socket", "threading", "grpc", "ray", "time", "subprocess", "selectors"}
+
+# package -> first-party packages it may import
+ALLOWED = {
+    "engine": {"engine"},
+    "connector": {"engine", "connector", "protos"},
+    "node": {"engine", "connector", "node"},
+    "prefill_node": {"engine", "connector", "node", "prefill_node"},
+    "decode_node": {"engine", "connector", "node", "decode_node"},
+}
+
+
+def imports_of(package: str) -> dict[str, set[str]]:
+    """module path -> top-level names it imports (relative imports resolved to `package`)."""
+    out = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        if "_pb2" in path.name:
+            continue
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                names.add(package if node.level else (node.module or "").split(".")[0])
+        out[str(path.relative_to(ROOT))] = names
+    return out
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_dependencies_point_one_way(package):
+    for module, names in imports_of(package).items():
+        above = (names & FIRST_PARTY) - ALLOWED[package]
+        assert not above, f"{module} imports {sorted(above)}"
+
+
+@pytest.mark.parametrize("package", ["engine", "node", "prefill_node", "decode_node"])
+def test_the_engine_the_roles_and_the_node_package_do_no_io(package):
+    for module, names in imports_of(package).items():
+        assert not names & IO_MODULES, f"{module} imports {sorted(names & IO_MODULES)}"
+
+
+def test_both_runtimes_run_the_same_role_classes():
+    spec = make_spec()
+    cluster = InProcCluster(spec)
+    assert type(cluster.nodes["prefill-0"]) is PrefillNode and type(cluster.nodes["decode-0"]) is DecodeNode
+    settings = WallNodeSettings(node=spec.node_settings())
+    (_, prefill_spec, _), (_, decode_spec, _) = spec.node_specs()
+    assert type(WallNodeHost("prefill", prefill_spec, settings).node) is PrefillNode
+    assert type(WallNodeHost("decode", decode_spec, settings).node) is DecodeNode
