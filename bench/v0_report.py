@@ -1,5 +1,5 @@
 """The v0 starvation report: the run record of each variant (the fields of
-reference/v0-fcfs-starvation.md's "record of one run"), whether its waiting
+docs/reference.md, "v0: A record of one run"), whether its waiting
 queue drains, and which starvation path dominates -- computed from the v0
 scheduler's path counters (`engine.v0.starvation`), never guessed.
 

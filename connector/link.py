@@ -3,7 +3,7 @@
 This kernel has no netem, so every impairment is applied in the application.
 The model here is pure and synchronous — time is a float in seconds handed in
 by the caller — so the same code serves the in-process virtual-clock runtime
-(which feeds it virtual time) and the gRPC interceptor in `grpc_link.py`
+(which feeds it virtual time) and the gRPC interceptors in `connector/grpc/link.py`
 (which feeds it wall time and sleeps until the returned arrival).
 
 Each direction of a link is a FIFO delay line. A message of `nbytes` sent at
@@ -16,7 +16,7 @@ a sampled delay:
 
 The last clamp keeps arrivals in send order (a TCP stream never reorders), so
 jitter can only bunch messages up, never swap them. This is the rule measured
-in platform-notes.md ("release = max(link free + bytes/bandwidth, now) +
+in docs/platform.md, "The FIFO delay line" ("release = max(link free + bytes/bandwidth, now) +
 sampled delay, never before the previous release"), written so that a message
 sent to an idle wire still pays its own serialisation time.
 """

@@ -6,7 +6,7 @@ an existing one, and leave nothing behind.
     with RayClusterHandle(address="127.0.0.1:6379"):   # attach (`ray start`)
         ...
 
-Local launch (platform-notes.md): no dashboard, a bounded object store
+Local launch (docs/platform.md): no dashboard, a bounded object store
 (256 MiB), a short temp dir (Unix socket paths must stay under 107 bytes),
 the loopback environment of `cluster.ray.env`, and the custom resources
 `disagg_prefill` / `disagg_decode` for placement (`cluster.ray.placement`).

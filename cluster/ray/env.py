@@ -1,5 +1,5 @@
 """Import Ray through this module: it sets the environment Ray must see
-before it is imported (platform-notes.md), then imports it.
+before it is imported (docs/platform.md, "Loopback binding"), then imports it.
 
 - RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes a local Ray bind and advertise
   127.0.0.1 instead of eth0 (it ignores `_node_ip_address`), so the local

@@ -10,7 +10,7 @@ stage workers per decode node (on their node's machine). KV blocks move
 between nodes over gRPC; the KV link's impairments are gRPC interceptors on
 the consumer's channels, the proxy and stage links are applied in the
 application. At the end every node drains, checks its own invariants
-(`cluster.invariants.check_run`) and reports; then every actor of the run
+(`NodeRole.report`: `NodeCore.end_of_run_errors`) and reports; then every actor of the run
 is stopped and killed.
 
 Time: a `RunResult` from here has clock="wall"; every time in it is wall

@@ -2,7 +2,7 @@
 FCFS only, default (v1) block manager, n=1 sequences, no prefix caching, no
 LoRA, `delay_factor` 0. Time never comes from a clock: `schedule(now)`.
 
-The order rules that decide who is served (reference/v0-fcfs-starvation.md):
+The order rules that decide who is served (docs/reference.md, "v0: The six order rules"):
 1. `add_seq_group` appends to `waiting`;
 2. prefills are taken from the head of `waiting`, and the pass stops (`break`)
    at the first head whose allocation is LATER or that the budget cannot take;

@@ -1,5 +1,5 @@
 """Hand-written v1 conformance scenarios, each with the facts vLLM 0.33.0 is known
-to show on it (reference/v1-fence-and-cascade.md §4, §7; cascade-fix-pr.md).
+to show on it (docs/reference.md: v1 §4, v1 §7 and "Cascade fix PR").
 
 The facts are checked on the oracle's trace (proof that the driver reproduces
 vLLM's own tests) and on ours; the differential comparison then checks every
@@ -199,11 +199,11 @@ def priority_cursor() -> tuple[dict, Expectation]:
 def priority_self_preemption() -> tuple[dict, Expectation]:
     """PRIORITY, fence off: running [r0, r1 (priority 9), r2], r1's allocation
     fails, r1 is the least urgent so it preempts itself and the pass CONTINUES:
-    r2 is still scheduled (reference §7.17)."""
+    r2 is still scheduled (docs/reference.md, v1 §7.17)."""
     scenario = {
         "id": "hand-priority-self-preemption-continues",
         "seed": 4,
-        "note": "reference v1-fence-and-cascade.md §7 item 17",
+        "note": "docs/reference.md v1 §7 item 17",
         "config": config(policy="priority", async_scheduling=False, force_defer_block_free=False),
         "sampler": {"stop_prob": 0.0, "eos_prob": 0.0},
         "requests": [req("r0", 20, 6, 0), req("r1", 20, 6, 1), req("r2", 20, 6, 2)],
@@ -230,7 +230,7 @@ def priority_self_preemption() -> tuple[dict, Expectation]:
 
 def fence_across_three_steps() -> tuple[dict, Expectation]:
     """Three steps scheduled, none processed, then an abort: its blocks carry
-    fence 3 and return to the pool only when output 3 is processed (§7.5)."""
+    fence 3 and return to the pool only when output 3 is processed (docs/reference.md, v1 §7.5)."""
     scenario = {
         "id": "hand-abort-fence-held-across-three-steps",
         "seed": 5,
@@ -267,13 +267,13 @@ def fence_across_three_steps() -> tuple[dict, Expectation]:
 
 
 def steady_state_tight_pool(prefix_guard: bool = False) -> tuple[dict, Expectation]:
-    """Depth-2 queue, 6 usable blocks, three 31-token prompts (reference §4
-    'Consequence in steady state'): with the fix the first step that needs a new
+    """Depth-2 queue, 6 usable blocks, three 31-token prompts (docs/reference.md,
+    v1 §4, 'Steady state with the fix'): with the fix the first step that needs a new
     block preempts nothing, the next one preempts the tail."""
     scenario = {
         "id": f"hand-steady-state-tight-pool-{'prefix' if prefix_guard else 'fixed'}",
         "seed": 6,
-        "note": "reference v1-fence-and-cascade.md §4, depth-2, 6 usable blocks",
+        "note": "docs/reference.md v1 §4, depth-2, 6 usable blocks",
         "config": config(num_blocks=7, prefix_guard=prefix_guard),
         "sampler": {"stop_prob": 0.0, "eos_prob": 0.0},
         "requests": [req(f"r{i}", 31, 12, i) for i in range(3)],

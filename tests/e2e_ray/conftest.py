@@ -1,5 +1,5 @@
 """One loopback Ray cluster for the whole session (starting one costs
-seconds; platform-notes.md), and small helpers for building runs.
+seconds; docs/platform.md, "Start-up and actor costs"), and small helpers for building runs.
 
 Every test here is marked `ray` and bounded by pytest-timeout; every run
 inside a test is bounded by `run_ray(timeout_s=...)` as well, so a stuck run

@@ -1,4 +1,4 @@
-"""§7 of the v1 reference (`v1-fence-and-cascade.md`): the checkable
+"""v1 §7 of the behaviour reference (docs/reference.md): the checkable
 behaviours of the deferred-free fence, each driven by hand."""
 
 import pytest

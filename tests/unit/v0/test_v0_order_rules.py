@@ -1,5 +1,5 @@
 """The six order rules of vLLM 0.5.3.post1's v0 scheduler, each pinned by a
-hand-driven scenario (reference/v0-fcfs-starvation.md, "The six order rules")."""
+hand-driven scenario (docs/reference.md, "v0: The six order rules")."""
 
 import logging
 
