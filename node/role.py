@@ -95,8 +95,21 @@ class NodeRole:
         pass
 
     def _on_outputs(self, outputs: list[EngineCoreOutput]) -> None:
+        # Built inline, not through `OutputEvent.from_core`: this runs once per token.
         first = self.core.first_scheduled_time
-        self._emit([OutputEvent.from_core(o, first(o.request_id)) for o in outputs])
+        self._emit(
+            [
+                OutputEvent(
+                    o.request_id,
+                    o.new_token_ids,
+                    o.finish_reason,
+                    o.kv_transfer_params,
+                    o.num_preemptions,
+                    first(o.request_id),
+                )
+                for o in outputs
+            ]
+        )
 
     # -- reporting ------------------------------------------------------------------------
     def busy(self) -> bool:

@@ -166,9 +166,17 @@ class InProcCluster:
 
     def _proxy_receive(self, node: NodeRole, events: list[NodeEvent]) -> None:
         now = self.loop.now()
+        decoding = node.role != "prefill"
         for ev in events:
             rec = self.records.get(ev.request_id)
             if rec is None or rec.finish_reason is not None:
+                continue
+            if decoding and type(ev) is OutputEvent and ev.finish_reason is None:
+                # The common case, once per token: tokens from a decode node.
+                if rec.first_scheduled_time is None:
+                    rec.first_scheduled_time = ev.first_scheduled_time
+                rec.output_token_ids.extend(ev.new_token_ids)
+                rec.token_times.extend([now] * len(ev.new_token_ids))
                 continue
             if isinstance(ev, KVEvent):
                 if ev.phase == "start":
