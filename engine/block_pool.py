@@ -1,61 +1,209 @@
-"""Paged KV blocks: `KVCacheBlock` and `BlockPool` as in vLLM's
-`vllm/v1/core/block_pool.py`, without prefix caching (no block hashes).
+"""Paged KV blocks: `KVCacheBlock` and `BlockPool` as in vLLM 0.33.0's
+`vllm/v1/core/block_pool.py`, with automatic prefix caching.
 
-Free-queue order matters: it decides which block ids are handed out next, and
-so when a stale in-flight write can land on a reused block. vLLM puts blocks
-without a hash at the *front* of the free queue (reused first), keeping the
-order they were freed in; allocation pops from the front.
+The free queue's order decides which block ids are handed out next — so when
+a stale in-flight write can land on a reused block, and which cached block is
+evicted first. vLLM's rules, kept here:
+- allocation takes blocks from the *front* of the free queue; a block that
+  still carries a hash is evicted from the cache as it is taken;
+- a freed block without a hash (or any block with caching off) goes to the
+  front, in the order given (LIFO reuse); a freed block with a hash goes to
+  the *tail* (FIFO, so cached blocks are evicted least recently freed first);
+- a cache hit on a free block takes it out of the queue (`touch`).
+
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
+
+BlockHash = int
 
 
 class KVCacheBlock:
-    __slots__ = ("block_id", "ref_cnt", "is_null")
+    __slots__ = ("block_id", "ref_cnt", "is_null", "block_hash")
 
     def __init__(self, block_id: int, is_null: bool = False) -> None:
         self.block_id = block_id
         self.ref_cnt = 0
         self.is_null = is_null
+        # Set while the block is in the prefix cache (full, hashed content).
+        self.block_hash: BlockHash | None = None
 
     def __repr__(self) -> str:
-        return f"KVCacheBlock({self.block_id}, ref={self.ref_cnt})"
+        return f"KVCacheBlock({self.block_id}, ref={self.ref_cnt}, hash={self.block_hash})"
+
+
+class FreeBlockQueue:
+    """The free blocks in eviction order: the front is reused first. A doubly
+    linked list over block ids (as vLLM's), so removal from the middle, and
+    insertion at either end, cost O(1)."""
+
+    __slots__ = ("_blocks", "_next", "_prev", "_len", "_head", "_tail")
+
+    def __init__(self, all_blocks: Sequence[KVCacheBlock], free: Iterable[KVCacheBlock]) -> None:
+        n = len(all_blocks)
+        self._blocks = all_blocks
+        self._head, self._tail = n, n + 1  # sentinels
+        self._next = [-1] * (n + 2)
+        self._prev = [-1] * (n + 2)
+        self._next[self._head] = self._tail
+        self._prev[self._tail] = self._head
+        self._len = 0
+        self.append_n(list(free))
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[KVCacheBlock]:
+        nxt, blocks, i = self._next, self._blocks, self._next[self._head]
+        while i != self._tail:
+            yield blocks[i]
+            i = nxt[i]
+
+    def __contains__(self, block: KVCacheBlock) -> bool:
+        return self._prev[block.block_id] != -1
+
+    def _unlink(self, i: int) -> None:
+        nxt, prev = self._next, self._prev
+        p, n = prev[i], nxt[i]
+        nxt[p] = n
+        prev[n] = p
+        nxt[i] = prev[i] = -1
+        self._len -= 1
+
+    def popleft_n(self, n: int) -> list[KVCacheBlock]:
+        out = []
+        nxt, blocks = self._next, self._blocks
+        for _ in range(n):
+            i = nxt[self._head]
+            self._unlink(i)
+            out.append(blocks[i])
+        return out
+
+    def remove(self, block: KVCacheBlock) -> None:
+        if self._prev[block.block_id] == -1:
+            raise RuntimeError(f"remove() of block {block.block_id}, which is not free")
+        self._unlink(block.block_id)
+
+    def _link_after(self, anchor: int, blocks: list[KVCacheBlock]) -> None:
+        nxt, prev = self._next, self._prev
+        after = nxt[anchor]
+        p = anchor
+        for block in blocks:
+            i = block.block_id
+            nxt[p] = i
+            prev[i] = p
+            p = i
+        nxt[p] = after
+        prev[after] = p
+        self._len += len(blocks)
+
+    def append_n(self, blocks: list[KVCacheBlock]) -> None:
+        if blocks:
+            self._link_after(self._prev[self._tail], blocks)
+
+    def prepend_n(self, blocks: list[KVCacheBlock]) -> None:
+        """`blocks[0]` ends up first."""
+        if blocks:
+            self._link_after(self._head, blocks)
 
 
 class BlockPool:
     """A fixed set of blocks; block 0 is the reserved null block (never handed out)."""
 
-    def __init__(self, num_gpu_blocks: int) -> None:
+    def __init__(self, num_gpu_blocks: int, enable_caching: bool = False) -> None:
         if num_gpu_blocks < 2:
             raise ValueError(f"num_gpu_blocks={num_gpu_blocks} is invalid; allowed: an integer >= 2")
         self.num_gpu_blocks = num_gpu_blocks
+        self.enable_caching = enable_caching
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.null_block = self.blocks[0]
         self.null_block.is_null = True
-        self.free_block_queue: deque[KVCacheBlock] = deque(self.blocks[1:])
+        self.free_block_queue = FreeBlockQueue(self.blocks, self.blocks[1:])
+        # The prefix cache: content hash -> the block holding it. vLLM keeps
+        # duplicates (two blocks with one hash) and returns the first cached.
+        self.cached_block_hash_to_block: dict[BlockHash, dict[int, KVCacheBlock]] = {}
 
     def get_num_free_blocks(self) -> int:
         return len(self.free_block_queue)
 
+    # -- the prefix cache --------------------------------------------------------
+    def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
+        blocks = self.cached_block_hash_to_block.get(block_hash)
+        return next(iter(blocks.values())) if blocks else None
+
+    def cache_full_blocks(
+        self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[BlockHash], num_cached: int, num_full: int
+    ) -> None:
+        """Enter `blocks[num_cached:num_full]` into the cache under their hashes."""
+        cache = self.cached_block_hash_to_block
+        for i in range(num_cached, num_full):
+            block = blocks[i]
+            if block.is_null or block.block_hash is not None:
+                continue
+            block_hash = block_hashes[i]
+            block.block_hash = block_hash
+            same = cache.get(block_hash)
+            if same is None:
+                cache[block_hash] = {block.block_id: block}
+            else:
+                same[block.block_id] = block
+
+    def _evict(self, block: KVCacheBlock) -> bool:
+        """Drop a block's hash from the cache (it is about to be reused)."""
+        block_hash = block.block_hash
+        if block_hash is None:
+            return False
+        block.block_hash = None
+        same = self.cached_block_hash_to_block.get(block_hash)
+        if same is not None:
+            same.pop(block.block_id, None)
+            if not same:
+                del self.cached_block_hash_to_block[block_hash]
+        return True
+
+    def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """A cache hit: one more reference; a free block leaves the free queue."""
+        queue = self.free_block_queue
+        for block in blocks:
+            if block.is_null:
+                continue
+            if block.ref_cnt == 0:
+                queue.remove(block)
+            block.ref_cnt += 1
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every hash; refused (False) while any block is in use, as vLLM does."""
+        if self.get_num_free_blocks() != self.num_gpu_blocks - 1:
+            return False
+        self.cached_block_hash_to_block = {}
+        for block in self.blocks:
+            block.block_hash = None
+        return True
+
+    # -- allocation and freeing ------------------------------------------------------
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         if num_blocks > len(self.free_block_queue):
             raise ValueError(f"cannot get {num_blocks} free blocks from the pool ({len(self.free_block_queue)} free)")
-        popleft = self.free_block_queue.popleft
-        out = []
-        for _ in range(num_blocks):
-            block = popleft()
+        if num_blocks == 0:
+            return []
+        out = self.free_block_queue.popleft_n(num_blocks)
+        caching = self.enable_caching
+        for block in out:
             assert block.ref_cnt == 0, f"block {block.block_id} in the free queue has ref_cnt {block.ref_cnt}"
+            if caching:
+                self._evict(block)
             block.ref_cnt = 1
-            out.append(block)
         return out
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
-        """Drop one reference from each block; blocks that reach 0 go to the
-        front of the free queue in the given order (first = reused first)."""
+        """Drop one reference from each block; blocks that reach 0 return to
+        the free queue: unhashed ones to the front in the given order (first =
+        reused first), hashed ones to the tail (evicted last)."""
         to_front = []
+        to_tail = []
+        caching = self.enable_caching
         for block in ordered_blocks:
             if block.is_null:
                 continue
@@ -63,9 +211,14 @@ class BlockPool:
                 raise AssertionError(f"double free of block {block.block_id}")
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
-                to_front.append(block)
+                if caching and block.block_hash is not None:
+                    to_tail.append(block)
+                else:
+                    to_front.append(block)
         if to_front:
-            self.free_block_queue.extendleft(reversed(to_front))
+            self.free_block_queue.prepend_n(to_front)
+        if to_tail:
+            self.free_block_queue.append_n(to_tail)
 
     def get_usage(self) -> float:
         """Fraction of usable blocks in use (the null block excluded)."""

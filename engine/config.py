@@ -72,6 +72,8 @@ class SchedulerConfig:
 class CacheConfig:
     num_gpu_blocks: int = 1024
     block_size: int = 16
+    # vLLM 0.33.0's default: on (engine/block_pool.py, kv_cache_manager.py).
+    enable_prefix_caching: bool = True
 
     def __post_init__(self) -> None:
         _require(

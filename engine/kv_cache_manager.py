@@ -1,10 +1,14 @@
 """`KVCacheManager`: per-request block tables over a `BlockPool`, the
 `allocate_slots()` admission and growth rule of vLLM 0.33.0
-(`vllm/v1/core/kv_cache_manager.py`) for one full-attention group without
-prefix caching."""
+(`vllm/v1/core/kv_cache_manager.py`) for one full-attention group, with
+automatic prefix caching (`get_computed_blocks`, `cache_blocks`, the
+prefix-cache stats)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from .block_hash import update_block_hashes
 from .block_pool import BlockPool, KVCacheBlock
 from .request import Request, RequestStatus
 
@@ -25,8 +29,33 @@ class KVCacheBlocks:
         return [b.block_id for b in self.blocks]
 
 
-# Shared result of an allocation that needed no new block (never mutated).
+# Shared result of an allocation that needed no new block, and of a lookup
+# that found nothing (never mutated).
 _NO_NEW_BLOCKS = KVCacheBlocks([])
+EMPTY_BLOCKS = _NO_NEW_BLOCKS
+
+
+@dataclass
+class PrefixCacheStats:
+    """vLLM's `PrefixCacheStats`: tokens looked up and found, counted when a
+    request is admitted; a re-admitted (preempted) request counts apart."""
+
+    requests: int = 0
+    queries: int = 0
+    hits: int = 0
+    preempted_requests: int = 0
+    preempted_queries: int = 0
+    preempted_hits: int = 0
+
+    def record(self, num_tokens: int, num_hits: int, preempted: bool) -> None:
+        if preempted:
+            self.preempted_requests += 1
+            self.preempted_queries += num_tokens
+            self.preempted_hits += num_hits
+        else:
+            self.requests += 1
+            self.queries += num_tokens
+            self.hits += num_hits
 
 
 _WATERMARK_STATUSES = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
@@ -39,10 +68,15 @@ class KVCacheManager:
         block_size: int,
         max_model_len: int,
         watermark: float = 0.0,
+        enable_caching: bool = False,
     ) -> None:
         self.block_size = block_size
         self.max_model_len = max_model_len
-        self.block_pool = BlockPool(num_gpu_blocks)
+        self.enable_caching = enable_caching
+        self.block_pool = BlockPool(num_gpu_blocks, enable_caching)
+        # Per request: how many of its leading blocks are in the cache already.
+        self.num_cached_block: dict[str, int] = {}
+        self.prefix_cache_stats = PrefixCacheStats()
         # vLLM counts the null block in the watermark base.
         self.watermark_blocks = int(watermark * num_gpu_blocks)
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
@@ -54,20 +88,72 @@ class KVCacheManager:
         return self.block_pool.get_usage()
 
     def new_step_starts(self) -> None:
-        """Hook kept for vLLM parity (prefix-cache stats reset); nothing to do."""
+        """Hook kept for vLLM parity; the stats here are cumulative."""
 
-    def _num_blocks_to_allocate(self, request_id: str, num_tokens: int) -> int:
+    def _num_blocks_to_allocate(
+        self, request_id: str, num_tokens: int, new_computed_blocks: list[KVCacheBlock] | None = None
+    ) -> int:
         have = len(self.req_to_blocks.get(request_id, ()))
-        return max(cdiv(num_tokens, self.block_size) - have, 0)
+        if not new_computed_blocks:
+            return max(cdiv(num_tokens, self.block_size) - have, 0)
+        # A hit on a free block takes it out of the free queue: it costs a
+        # free block like a new one (vLLM's "evictable" hits).
+        evictable = sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
+        return max(cdiv(num_tokens, self.block_size) - have - len(new_computed_blocks), 0) + evictable
 
     def get_num_blocks_to_allocate(self, request: Request, num_tokens: int) -> int:
         return self._num_blocks_to_allocate(request.request_id, num_tokens)
+
+    # -- prefix caching ----------------------------------------------------------
+    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
+        """The longest run of cached full blocks from the start of the request
+        (capped so the last token is always recomputed, to sample from it),
+        and the number of tokens they hold."""
+        if not self.enable_caching:
+            return EMPTY_BLOCKS, 0
+        bs = self.block_size
+        hashes = update_block_hashes(request, bs)
+        max_blocks = (request.num_tokens - 1) // bs
+        get_cached = self.block_pool.get_cached_block
+        hit: list[KVCacheBlock] = []
+        for block_hash in hashes[:max_blocks]:
+            block = get_cached(block_hash)
+            if block is None:
+                break  # chained hashes: every later block misses too
+            hit.append(block)
+        if not hit:
+            return EMPTY_BLOCKS, 0
+        return KVCacheBlocks(hit), len(hit) * bs
+
+    def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
+        if self.enable_caching:
+            self.prefix_cache_stats.record(request.num_tokens, num_hits, request.num_preemptions > 0)
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """Enter the request's full blocks up to `num_tokens` into the cache."""
+        if not self.enable_caching:
+            return
+        request_id = request.request_id
+        blocks = self.req_to_blocks.get(request_id)
+        if not blocks:
+            return
+        num_cached = self.num_cached_block.get(request_id, 0)
+        hashes = update_block_hashes(request, self.block_size)
+        num_full = min(num_tokens, len(hashes) * self.block_size) // self.block_size
+        if num_cached >= num_full:
+            return
+        self.block_pool.cache_full_blocks(blocks, hashes, num_cached, num_full)
+        self.num_cached_block[request_id] = num_full
+
+    def reset_prefix_cache(self) -> bool:
+        return self.block_pool.reset_prefix_cache()
 
     def allocate_slots(
         self,
         request: Request,
         num_new_tokens: int,
         num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
         num_lookahead_tokens: int = 0,
         num_external_computed_tokens: int = 0,
         delay_cache_blocks: bool = False,
@@ -75,13 +161,27 @@ class KVCacheManager:
         reserved_blocks: int = 0,
         has_scheduled_reqs: bool = True,
     ) -> KVCacheBlocks | None:
-        """Give `request` slots for `num_new_tokens` more tokens (plus lookahead
-        and adopted external tokens). Returns the newly allocated blocks, or
-        None when they do not fit. `delay_cache_blocks` is accepted for parity;
-        without prefix caching there is nothing to cache.
+        """Give `request` slots for `num_new_tokens` more tokens (plus lookahead,
+        the prefix-cache hit `new_computed_blocks` and adopted external
+        tokens). Returns the newly allocated blocks, or None when they do not
+        fit. Then caches the full blocks of what is computed by the end of the
+        step, unless `delay_cache_blocks` (a KV load lands later).
 
-        This runs once per running request per step: it is written for speed
-        (locals, no helper calls on the common path)."""
+        This runs once per running request per step: the common path (a
+        running request, no hit) is written for speed."""
+        if new_computed_blocks is not None and new_computed_blocks.blocks:
+            return self._allocate_with_hit(
+                request,
+                num_new_tokens,
+                num_new_computed_tokens,
+                new_computed_blocks.blocks,
+                num_lookahead_tokens,
+                num_external_computed_tokens,
+                delay_cache_blocks,
+                full_sequence_must_fit,
+                reserved_blocks,
+                has_scheduled_reqs,
+            )
         self.num_allocate_slots_calls += 1
         if num_new_tokens == 0 and num_external_computed_tokens == 0 and num_new_computed_tokens == 0:
             raise ValueError("num_new_tokens must be greater than 0 when there are no computed tokens to adopt")
@@ -107,6 +207,8 @@ class KVCacheManager:
         if num_new_blocks <= 0:
             if watermark > len(free_queue) - reserved_blocks:
                 return None
+            if self.enable_caching and not delay_cache_blocks:
+                self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
             return _NO_NEW_BLOCKS
         if num_new_blocks + watermark > len(free_queue) - reserved_blocks:
             return None
@@ -115,6 +217,57 @@ class KVCacheManager:
             self.req_to_blocks[request.request_id] = new_blocks[:]
         else:
             req_blocks.extend(new_blocks)
+        if self.enable_caching and not delay_cache_blocks:
+            self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
+        return KVCacheBlocks(new_blocks)
+
+    def _allocate_with_hit(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int,
+        hit: list[KVCacheBlock],
+        num_lookahead_tokens: int,
+        num_external_computed_tokens: int,
+        delay_cache_blocks: bool,
+        full_sequence_must_fit: bool,
+        reserved_blocks: int,
+        has_scheduled_reqs: bool,
+    ) -> KVCacheBlocks | None:
+        """`allocate_slots` for a first admission with a prefix-cache hit:
+        the hit blocks count against the free blocks when they are free
+        (taking them out of the queue), then they are touched and the request
+        starts its table with them."""
+        bs = self.block_size
+        max_len = self.max_model_len
+        request_id = request.request_id
+        total_computed = min(
+            request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens, max_len
+        )
+        watermark = 0
+        if has_scheduled_reqs and self.watermark_blocks and request.status in _WATERMARK_STATUSES:
+            watermark = self.watermark_blocks
+        free = self.block_pool.get_num_free_blocks()
+        if full_sequence_must_fit:
+            full = min(request.num_tokens, max_len)
+            if self._num_blocks_to_allocate(request_id, full, hit) + watermark > free:
+                return None
+        need_slot = min(total_computed + num_new_tokens + num_lookahead_tokens, max_len)
+        if self._num_blocks_to_allocate(request_id, need_slot, hit) + watermark > free - reserved_blocks:
+            return None
+        assert not self.req_to_blocks.get(request_id), "a request with blocks has no new prefix-cache hits"
+        pool = self.block_pool
+        pool.touch(hit)
+        req_blocks = self.req_to_blocks[request_id] = list(hit)
+        self.num_cached_block[request_id] = len(hit)
+        if num_external_computed_tokens > 0:
+            n_ext = max(0, cdiv(total_computed, bs) - len(req_blocks))
+            req_blocks.extend(pool.get_new_blocks(n_ext))
+        n_new = cdiv(need_slot, bs) - len(req_blocks)
+        new_blocks = pool.get_new_blocks(n_new) if n_new > 0 else []
+        req_blocks.extend(new_blocks)
+        if not delay_cache_blocks:
+            self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
         return KVCacheBlocks(new_blocks)
 
     def get_blocks(self, request_id: str) -> KVCacheBlocks:
@@ -125,13 +278,14 @@ class KVCacheManager:
 
     def free(self, request: Request) -> None:
         """Release the request's blocks now, tail first (vLLM's eviction order)."""
-        blocks = self.req_to_blocks.pop(request.request_id, None)
+        blocks = self.pop_blocks_for_free(request)
         if blocks:
             self.block_pool.free_blocks(reversed(blocks))
 
     def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
         """Drop the request's bookkeeping but keep the block references, so
         the caller can return them to the pool later (the deferred free)."""
+        self.num_cached_block.pop(request.request_id, None)
         return self.req_to_blocks.pop(request.request_id, [])
 
     def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:

@@ -45,6 +45,8 @@ class OutputProcessorMixin:
         requests = self.requests
         max_model_len = self.max_model_len
         req_id_to_index = model_runner_output.req_id_to_index
+        caching = self.kv_cache_manager.enable_caching
+        cache_blocks = self.kv_cache_manager.cache_blocks
         for req_id, n in num_scheduled_tokens.items():
             request = requests.get(req_id)
             output_is_stale = False
@@ -65,6 +67,7 @@ class OutputProcessorMixin:
             if not new_token_ids:
                 continue
             status_before_stop = request.status
+            had_placeholders = request.num_output_placeholders > 0
             if len(new_token_ids) == 1:
                 # The common decode case, inlined: one token, nothing to trim.
                 request._output_token_ids.append(new_token_ids[0])
@@ -74,6 +77,10 @@ class OutputProcessorMixin:
                     request.num_output_placeholders -= 1
             else:
                 new_token_ids, stopped = self._update_request_with_output(request, list(new_token_ids), output_is_stale)
+            if caching and had_placeholders and not output_is_stale and status_before_stop == RequestStatus.RUNNING:
+                # With placeholders, allocate_slots could not cache the blocks
+                # these tokens complete: their ids were not known yet.
+                cache_blocks(request, request.num_computed_tokens - request.num_in_flight_tokens)
             finish_reason = None
             kv_transfer_params = None
             if stopped:

@@ -106,6 +106,10 @@ class Request:
         self.last_sched_seq = 0
         # Set at the end of an async KV load to remember it finished.
         self.num_external_computed_tokens = 0
+        # Prefix caching: chained hashes of the full blocks of its tokens
+        # (`engine/block_hash.py`), and the prompt tokens that hit the cache.
+        self.block_hashes: list[int] = []
+        self.num_cached_tokens = -1
 
     # -- token views -------------------------------------------------------
     @property
@@ -130,11 +134,13 @@ class Request:
         self._output_token_ids.extend(token_ids)
         self.num_tokens += len(token_ids)
 
-    def trim_output_tokens(self, n: int) -> None:
-        """Drop the last `n` output tokens (those sampled after a stop)."""
+    def trim_output_tokens(self, n: int, block_size: int) -> None:
+        """Drop the last `n` output tokens (those sampled after a stop), and
+        the hashes of blocks they completed."""
         if n > 0:
             del self._output_token_ids[-n:]
             self.num_tokens -= n
+            del self.block_hashes[self.num_tokens // block_size :]
 
     def is_finished(self) -> bool:
         return RequestStatus.is_finished(self.status)

@@ -37,7 +37,9 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
         self.prefix_guard = sc.preemption_guard == "prefix"
         self.num_lookahead_tokens = 0
 
-        self.kv_cache_manager = KVCacheManager(cc.num_gpu_blocks, cc.block_size, sc.max_model_len, sc.watermark)
+        self.kv_cache_manager = KVCacheManager(
+            cc.num_gpu_blocks, cc.block_size, sc.max_model_len, sc.watermark, cc.enable_prefix_caching
+        )
         self.connector = connector
         ktc = vllm_config.kv_transfer_config
         if connector is not None and ktc is None:

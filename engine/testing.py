@@ -40,6 +40,7 @@ def create_scheduler(
     pipeline_parallel_size: int = 1,
     scheduler_reserve_full_isl: bool = True,
     kv_load_failure_policy: Literal["fail", "recompute"] = "fail",
+    enable_prefix_caching: bool = False,
 ) -> Scheduler:
     if max_model_len is None:
         max_model_len = max_num_batched_tokens
@@ -56,7 +57,9 @@ def create_scheduler(
             preemption_guard=preemption_guard,
             defer_block_free=defer_block_free,
         ),
-        cache_config=CacheConfig(num_gpu_blocks=num_blocks, block_size=block_size),
+        cache_config=CacheConfig(
+            num_gpu_blocks=num_blocks, block_size=block_size, enable_prefix_caching=enable_prefix_caching
+        ),
         parallel_config=ParallelConfig(pipeline_parallel_size=pipeline_parallel_size),
         kv_transfer_config=(
             KVTransferConfig(kv_role=kv_role, kv_load_failure_policy=kv_load_failure_policy) if kv_role else None
@@ -76,14 +79,22 @@ def create_requests(
     arrival_times: list[float] | None = None,
     ignore_eos: bool = False,
     same_prompt: bool = False,
+    prompt_token_ids: list[list[int]] | None = None,
 ) -> list[Request]:
+    """`prompt_token_ids` (one list per request) overrides `num_tokens` and
+    `same_prompt`, as in the oracle kit: use it for prefix-caching scenarios."""
     if req_ids is not None and len(req_ids) != num_requests:
         raise ValueError(f"req_ids has {len(req_ids)} ids for {num_requests} requests")
+    if prompt_token_ids is not None and len(prompt_token_ids) != num_requests:
+        raise ValueError(f"prompt_token_ids has {len(prompt_token_ids)} prompts for {num_requests} requests")
     ids = req_ids or [str(i) for i in range(num_requests)]
     out = []
     for i in range(num_requests):
         params = SamplingParams(max_tokens=max_tokens, stop_token_ids=list(stop_token_ids or []), ignore_eos=ignore_eos)
-        prompt = [0] * num_tokens if same_prompt else [i] * num_tokens
+        if prompt_token_ids is not None:
+            prompt = list(prompt_token_ids[i])
+        else:
+            prompt = [0] * num_tokens if same_prompt else [i] * num_tokens
         out.append(
             Request(
                 ids[i],

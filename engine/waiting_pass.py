@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from .kv_cache_manager import KVCacheBlocks
+from .kv_cache_manager import EMPTY_BLOCKS, KVCacheBlocks
 from .request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -57,16 +57,23 @@ class WaitingPassMixin:
 
             num_external_computed_tokens = 0
             load_kv_async = False
+            did_prefix_cache_lookup = False
             if request.num_computed_tokens == 0:
-                num_computed_tokens = 0
+                did_prefix_cache_lookup = True
+                new_computed_blocks, num_new_local_computed_tokens = kvm.get_computed_blocks(request)
                 if connector is not None:
-                    ext_tokens, load_kv_async = connector.get_num_new_matched_tokens(request, 0)
+                    ext_tokens, load_kv_async = connector.get_num_new_matched_tokens(
+                        request, num_new_local_computed_tokens
+                    )
                     if ext_tokens is None:
                         skip_request(queue)
                         continue
                     num_external_computed_tokens = ext_tokens
-                    num_computed_tokens = ext_tokens
+                num_computed_tokens = num_new_local_computed_tokens + num_external_computed_tokens
+                if request.num_preemptions == 0:
+                    request.num_cached_tokens = num_computed_tokens
             else:
+                new_computed_blocks, num_new_local_computed_tokens = EMPTY_BLOCKS, 0
                 num_computed_tokens = request.num_computed_tokens
 
             if load_kv_async:
@@ -86,6 +93,8 @@ class WaitingPassMixin:
             new_blocks = kvm.allocate_slots(
                 request,
                 num_new_tokens,
+                num_new_computed_tokens=num_new_local_computed_tokens,
+                new_computed_blocks=new_computed_blocks,
                 num_lookahead_tokens=0 if load_kv_async else self.num_lookahead_tokens,
                 num_external_computed_tokens=num_external_computed_tokens,
                 delay_cache_blocks=load_kv_async,
@@ -99,6 +108,9 @@ class WaitingPassMixin:
             request_id = request.request_id
             if connector is not None:
                 connector.update_state_after_alloc(request, kvm.get_blocks(request_id), num_external_computed_tokens)
+            if did_prefix_cache_lookup:
+                # At admission, so lookups that did not get scheduled are not counted.
+                kvm.record_prefix_cache_stats(request, num_new_local_computed_tokens)
 
             if load_kv_async:
                 request.status = RequestStatus.WAITING_FOR_REMOTE_KVS
@@ -145,9 +157,15 @@ class WaitingPassMixin:
 
     def _update_waiting_for_remote_kv(self: Scheduler, request: Request) -> None:  # type: ignore[misc]
         if request.request_id in self.failed_recving_kv_req_ids:
-            if not request.num_computed_tokens:
+            if request.num_computed_tokens:
+                # Cache what is valid (a local hit before the failed load).
+                self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
+            else:
                 self.kv_cache_manager.free(request)
             self.failed_recving_kv_req_ids.remove(request.request_id)
+        else:
+            # The loaded blocks hold their KV now: cache them.
+            self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
         if request.num_computed_tokens == request.num_tokens:
             # Recompute the last prompt token to sample the first output.
             request.num_computed_tokens = request.num_tokens - 1

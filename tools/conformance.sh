@@ -6,6 +6,7 @@
 # 1. Builds the vLLM 0.33.0 oracle venv with ../shared/oracle/build.sh if its
 #    interpreter is missing (about 80 s, 3 GB; PyPI by package name only).
 # 2. Runs the v1 harness (tests/conformance/run_v1.py): hand-written scenarios plus
+#    500 random ones with prefix caching on, and
 #    200 random ones and their pre-fix-guard twins, through vLLM and through our
 #    engine, step by step. Prints "v1 conformance ...: N scenarios, M matched" and
 #    writes a shrunk reproduction per mismatch class under build/conformance/v1/.

@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--count", type=int, default=200, help="random scenarios (default 200)")
     ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument(
+        "--caching-count", type=int, default=500, help="random scenarios with prefix caching on (default 500)"
+    )
     ap.add_argument("--no-prefix-twins", action="store_true", help="skip the pre-fix-guard replays")
     ap.add_argument("--no-handwritten", action="store_true")
     ap.add_argument("--scenario", action="append", default=[], help="replay scenario/repro JSON file(s) only")
@@ -67,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         scenarios, expectations = _load_scenarios(args.scenario), {}
     else:
         scenarios, expectations = v1_harness.default_scenarios(
-            args.count, args.first_seed, not args.no_prefix_twins, not args.no_handwritten
+            args.count, args.first_seed, not args.no_prefix_twins, not args.no_handwritten, args.caching_count
         )
     if args.only:
         scenarios = [s for s in scenarios if s["id"] in set(args.only)]

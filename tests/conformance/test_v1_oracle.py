@@ -21,6 +21,8 @@ import v1_harness  # noqa: E402
 pytestmark = pytest.mark.oracle
 
 RANDOM_COUNT = 200
+# Random scenarios with prefix caching on (`make conformance` runs 500).
+CACHING_COUNT = 100
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +33,7 @@ def harness_result():
             f"vLLM 0.33.0 oracle not built at {v1_harness.launch.oracle_python('v1')} ({reason}); "
             "run `make conformance` or bash tools/conformance.sh"
         )
-    scenarios, expectations = v1_harness.default_scenarios(RANDOM_COUNT)
+    scenarios, expectations = v1_harness.default_scenarios(RANDOM_COUNT, caching_count=CACHING_COUNT)
     # Failing scenarios are dumped (unshrunk, to stay fast) under build/conformance/v1/;
     # `python tests/conformance/run_v1.py --only <id>` shrinks and explains one.
     return v1_harness.run_harness(scenarios, expectations, out_dir=v1_harness.DEFAULT_OUT)
@@ -71,3 +73,12 @@ def test_random_scenarios_exercise_preemption_fence_and_stops(harness_result):
     assert cov["empty_step_while_running"] >= 10, cov
     assert cov["prefill_chunks"] >= 60, cov
     assert cov["stop"] >= 40 and cov["length_cap"] >= 100 and cov["abort"] >= 20, cov
+
+
+def test_caching_scenarios_hit_evict_and_readmit(harness_result):
+    """With prefix caching on, the generator must produce hits, evictions and
+    re-admissions that hit after a preemption (and vLLM must agree on them)."""
+    cov = v1_harness.coverage([t for t in harness_result.oracle_traces if t["id"].startswith("cache-")])
+    assert cov["prefix_hit"] >= 0.9 * CACHING_COUNT, cov
+    assert cov["cache_eviction"] >= 0.4 * CACHING_COUNT, cov
+    assert cov["hit_after_preemption"] >= 0.3 * CACHING_COUNT, cov

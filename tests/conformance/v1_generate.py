@@ -148,6 +148,58 @@ def generate(seed: int) -> dict:
     return validate(scenario)
 
 
+def _shared_prompts(rng: random.Random, cfg: dict, reqs: list[dict]) -> None:
+    """Prompt content for prefix caching: a few shared prefixes (whole and
+    ragged block counts), unique suffixes, exact repeats of earlier prompts."""
+    bs = cfg["block_size"]
+    mml = cfg["max_model_len"]
+    prefixes = []
+    for _ in range(rng.randint(1, 3)):
+        blocks = rng.randint(1, 4)
+        length = blocks * bs if rng.random() < 0.6 else blocks * bs + rng.randint(1, bs - 1)
+        prefixes.append([rng.randrange(1000) for _ in range(min(length, mml - 2))])
+    earlier: list[list[int]] = []
+    for req in reqs:
+        roll = rng.random()
+        if earlier and roll < 0.2:
+            prompt = list(rng.choice(earlier))  # an exact repeat
+        elif roll < 0.8:
+            prefix = rng.choice(prefixes)
+            suffix = [rng.randrange(1000) for _ in range(rng.randint(0, 2 * bs))]
+            prompt = (prefix + suffix)[: mml - 1]
+        else:
+            prompt = [rng.randrange(1000) for _ in range(rng.randint(1, min(3 * bs, mml - 1)))]
+        req["prompt_len"] = len(prompt)
+        req["prompt_token_ids"] = prompt
+        earlier.append(prompt)
+
+
+def generate_caching(seed: int) -> dict:
+    """One random scenario with prefix caching on and prompts that share
+    prefixes; the pool is tight enough that cached blocks are evicted."""
+    rng = random.Random(f"v1-conformance-caching/{seed}")
+    cfg = _config(rng)
+    cfg["enable_prefix_caching"] = True
+    depth = rng.choice([1, 2])
+    cfg["async_scheduling"] = rng.random() < (0.7 if depth == 2 else 0.2)
+    reqs = _requests(rng, cfg)
+    _shared_prompts(rng, cfg, reqs)
+    cfg["num_blocks"] = _num_blocks(rng, cfg, reqs)
+    scenario = {
+        "id": f"cache-{seed:04d}",
+        "seed": seed,
+        "note": f"prefix caching, depth {depth}",
+        "config": cfg,
+        "sampler": {
+            "stop_prob": rng.choice([0.0, 0.05, 0.1]),
+            "eos_prob": rng.choice([0.0, 0.0, 0.03]),
+        },
+        "requests": reqs,
+        "actions": _actions(rng, reqs, depth),
+    }
+    return validate(scenario)
+
+
 def with_prefix_guard(scenario: dict) -> dict:
     """The same scenario replayed with the pre-#49675 preemption loop."""
     twin = dict(scenario)
@@ -156,8 +208,9 @@ def with_prefix_guard(scenario: dict) -> dict:
     return twin
 
 
-def generate_suite(count: int, first_seed: int = 0, prefix_twins: bool = True) -> list[dict]:
+def generate_suite(count: int, first_seed: int = 0, prefix_twins: bool = True, caching_count: int = 0) -> list[dict]:
     scenarios = [generate(seed) for seed in range(first_seed, first_seed + count)]
+    scenarios += [generate_caching(seed) for seed in range(first_seed, first_seed + caching_count)]
     if prefix_twins:
         # The guard only matters when the fence is on; skip twins that would be identical.
         scenarios += [with_prefix_guard(s) for s in scenarios if s["config"]["force_defer_block_free"]]

@@ -27,6 +27,8 @@ def config(**overrides) -> dict:
         "force_defer_block_free": True,
         "prefix_guard": False,
     }
+    if "enable_prefix_caching" in overrides:  # optional key: only caching scenarios carry it
+        base["enable_prefix_caching"] = False
     unknown = set(overrides) - set(base)
     if unknown:
         raise ValueError(f"unknown config keys {sorted(unknown)}; allowed: {sorted(base)}")
@@ -203,7 +205,7 @@ def priority_self_preemption() -> tuple[dict, Expectation]:
     scenario = {
         "id": "hand-priority-self-preemption-continues",
         "seed": 4,
-        "note": "docs/reference.md v1 §7 item 17",
+        "note": "reference v1-fence-and-cascade.md §7 item 17",
         "config": config(policy="priority", async_scheduling=False, force_defer_block_free=False),
         "sampler": {"stop_prob": 0.0, "eos_prob": 0.0},
         "requests": [req("r0", 20, 6, 0), req("r1", 20, 6, 1), req("r2", 20, 6, 2)],
@@ -273,7 +275,7 @@ def steady_state_tight_pool(prefix_guard: bool = False) -> tuple[dict, Expectati
     scenario = {
         "id": f"hand-steady-state-tight-pool-{'prefix' if prefix_guard else 'fixed'}",
         "seed": 6,
-        "note": "docs/reference.md v1 §4, depth-2, 6 usable blocks",
+        "note": "reference v1-fence-and-cascade.md §4, depth-2, 6 usable blocks",
         "config": config(num_blocks=7, prefix_guard=prefix_guard),
         "sampler": {"stop_prob": 0.0, "eos_prob": 0.0},
         "requests": [req(f"r{i}", 31, 12, i) for i in range(3)],
@@ -296,6 +298,130 @@ def steady_state_tight_pool(prefix_guard: bool = False) -> tuple[dict, Expectati
     return scenario, expect
 
 
+def prompt(tag: int, length: int) -> list[int]:
+    """Prompt content for caching scenarios: `tag` picks the content."""
+    return [(tag * 37 + i) % 997 for i in range(length)]
+
+
+def with_prompt(request: dict, tokens: list[int]) -> dict:
+    return dict(request, prompt_len=len(tokens), prompt_token_ids=tokens)
+
+
+def _admitted_hit(trace: dict, rid: str) -> int | None:
+    """Tokens `rid` had computed when first admitted (its prefix-cache hit)."""
+    for r in _schedules(trace):
+        if rid in r["scheduled"]:
+            return r["computed"][rid] - r["scheduled"][rid]
+    return None
+
+
+def cache_eviction_order() -> tuple[dict, Expectation]:
+    """Freed cached blocks go to the free queue's tail, the request's tail
+    block first; allocation takes never-used blocks first, then evicts from
+    the head. `b` needs six of the eight blocks: the five unused ones and
+    `a`'s *last* cached block, so a repeat of `a`'s prompt still hits its
+    first two blocks."""
+    first = prompt(1, 48)
+    scenario = {
+        "id": "hand-cache-eviction-order",
+        "seed": 11,
+        "note": "prefix caching: free-queue order and eviction",
+        "config": config(
+            num_blocks=9, enable_prefix_caching=True, async_scheduling=False, force_defer_block_free=False
+        ),
+        "sampler": {"stop_prob": 0.0, "eos_prob": 0.0},
+        "requests": [
+            with_prompt(req("a", 48, 1, 0), first),
+            with_prompt(req("b", 96, 1, 1), prompt(2, 96)),
+            with_prompt(req("c", 48, 1, 2), first),
+        ],
+        "actions": [
+            {"op": "add", "ids": ["a"]},
+            {"op": "drain", "depth": 1, "max_steps": 10},
+            {"op": "add", "ids": ["b"]},
+            {"op": "drain", "depth": 1, "max_steps": 10},
+            {"op": "add", "ids": ["c"]},
+            {"op": "drain", "depth": 1, "max_steps": 10},
+        ],
+    }
+
+    def expect(trace: dict) -> list[str]:
+        problems: list[str] = []
+        _check(problems, _admitted_hit(trace, "b") == 0, f"b hit {_admitted_hit(trace, 'b')} tokens, expected 0")
+        _check(problems, _admitted_hit(trace, "c") == 32, f"c hit {_admitted_hit(trace, 'c')} tokens, expected 32")
+        return problems
+
+    return scenario, expect
+
+
+def cache_hit_on_fenced_blocks() -> tuple[dict, Expectation]:
+    """A request finishes while a step that included it is in flight: its
+    blocks wait in `deferred_frees` (still referenced, not free) yet stay in
+    the prefix cache, so a request with the same prompt admitted meanwhile
+    hits them."""
+    shared = prompt(3, 40)
+    scenario = {
+        "id": "hand-cache-hit-on-fenced-blocks",
+        "seed": 12,
+        "note": "prefix caching: a hit on blocks freed under the fence",
+        "config": config(num_blocks=20, enable_prefix_caching=True),
+        "sampler": {"stop_prob": 0.0, "eos_prob": 0.0},
+        "requests": [with_prompt(req("a", 40, 2, 0), shared), with_prompt(req("b", 40, 4, 1), shared)],
+        "actions": [
+            {"op": "add", "ids": ["a"]},
+            S,
+            S,
+            U,
+            S,
+            U,
+            {"op": "add", "ids": ["b"]},
+            S,
+            U,
+            {"op": "drain", "depth": 2, "max_steps": 40},
+        ],
+    }
+
+    def expect(trace: dict) -> list[str]:
+        problems: list[str] = []
+        _check(problems, _admitted_hit(trace, "b") == 32, f"b hit {_admitted_hit(trace, 'b')} tokens, expected 32")
+        return problems
+
+    return scenario, expect
+
+
+def cache_readmission_after_preemption() -> tuple[dict, Expectation]:
+    """Two growing requests in a tight pool: the victim of a preemption
+    comes back and finds its own blocks still cached."""
+    scenario = {
+        "id": "hand-cache-readmission-after-preemption",
+        "seed": 13,
+        "note": "prefix caching: re-admission after preemption",
+        "config": config(
+            num_blocks=8, enable_prefix_caching=True, async_scheduling=False, force_defer_block_free=False
+        ),
+        "sampler": {"stop_prob": 0.0, "eos_prob": 0.0},
+        "requests": [with_prompt(req("a", 40, 40, 0), prompt(4, 40)), with_prompt(req("b", 40, 40, 1), prompt(5, 40))],
+        "actions": [{"op": "add", "ids": ["a", "b"]}, {"op": "drain", "depth": 1, "max_steps": 200}],
+    }
+
+    def expect(trace: dict) -> list[str]:
+        problems: list[str] = []
+        sch = _schedules(trace)
+        victims = {rid for r in sch for rid in r["preempted"]}
+        _check(problems, bool(victims), "no preemption")
+        readmitted_hits = []
+        running_before: set[str] = set()
+        for r in sch:
+            for rid, n in r["scheduled"].items():
+                if rid in victims and rid not in running_before and r["computed"][rid] - n > 0:
+                    readmitted_hits.append(rid)
+            running_before = set(r["running"])
+        _check(problems, bool(readmitted_hits), "no preempted request came back with a hit")
+        return problems
+
+    return scenario, expect
+
+
 def all_handwritten() -> list[tuple[dict, Expectation]]:
     cases = []
     for policy in ("fcfs", "priority"):
@@ -304,4 +430,5 @@ def all_handwritten() -> list[tuple[dict, Expectation]]:
     cases += [mid_handoff(False), mid_handoff(True), mid_handoff(True, prefix_guard=True)]
     cases += [priority_cursor(), priority_self_preemption(), fence_across_three_steps()]
     cases += [steady_state_tight_pool(False), steady_state_tight_pool(True)]
+    cases += [cache_eviction_order(), cache_hit_on_fenced_blocks(), cache_readmission_after_preemption()]
     return cases

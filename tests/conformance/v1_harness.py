@@ -81,6 +81,21 @@ class HarnessResult:
         return "\n".join(lines)
 
 
+def _prefix_hits(schedule_records: list[dict]) -> dict[int, list[str]]:
+    """Per step, the requests admitted with tokens already computed (a prefix
+    hit): not running before the step, and computed beyond what it scheduled."""
+    out: dict[int, list[str]] = {}
+    running_before: set[str] = set()
+    for r in schedule_records:
+        admitted = [
+            rid for rid, n in r["scheduled"].items() if rid not in running_before and r["computed"].get(rid, 0) - n > 0
+        ]
+        if admitted:
+            out[r["step"]] = admitted
+        running_before = set(r["running"])
+    return out
+
+
 def coverage(traces: list[dict]) -> dict[str, int]:
     counts = dict.fromkeys(
         [
@@ -94,11 +109,21 @@ def coverage(traces: list[dict]) -> dict[str, int]:
             "length_cap",
             "abort",
             "unfinished_at_cap",
+            "prefix_hit",
+            "hit_after_preemption",
+            "cache_eviction",
         ],
         0,
     )
     for trace in traces:
         sch = [r for r in trace["records"] if r["op"] == "schedule"]
+        hits = _prefix_hits(sch)
+        preempted_before: set[str] = set()
+        hit_after_preemption = False
+        for r in sch:
+            hit_after_preemption |= any(rid in preempted_before for rid in hits.get(r["step"], ()))
+            preempted_before.update(r["preempted"])
+        cached = [r["cached_hashes"] for r in trace["records"] if "cached_hashes" in r]
         counts["schedule_steps"] += len(sch)
         hit = {
             "preemption": any(r["preempted"] for r in sch),
@@ -111,6 +136,9 @@ def coverage(traces: list[dict]) -> dict[str, int]:
             "length_cap": any(f["status"] == "FINISHED_LENGTH_CAPPED" for f in trace["final"].values()),
             "abort": any(f["status"] == "FINISHED_ABORTED" for f in trace["final"].values()),
             "unfinished_at_cap": any(not f["status"].startswith("FINISHED") for f in trace["final"].values()),
+            "prefix_hit": bool(hits),
+            "hit_after_preemption": hit_after_preemption,
+            "cache_eviction": any(b < a for a, b in zip(cached, cached[1:])),
         }
         for key, value in hit.items():
             counts[key] += int(value)
@@ -118,7 +146,11 @@ def coverage(traces: list[dict]) -> dict[str, int]:
 
 
 def default_scenarios(
-    count: int = 200, first_seed: int = 0, prefix_twins: bool = True, handwritten: bool = True
+    count: int = 200,
+    first_seed: int = 0,
+    prefix_twins: bool = True,
+    handwritten: bool = True,
+    caching_count: int = 0,
 ) -> tuple[list[dict], dict[str, Expectation]]:
     scenarios: list[dict] = []
     expectations: dict[str, Expectation] = {}
@@ -126,7 +158,7 @@ def default_scenarios(
         for scenario, expect in all_handwritten():
             scenarios.append(validate(scenario))
             expectations[scenario["id"]] = expect
-    scenarios += generate_suite(count, first_seed, prefix_twins)
+    scenarios += generate_suite(count, first_seed, prefix_twins, caching_count)
     return scenarios, expectations
 
 

@@ -35,6 +35,7 @@ class OursAdapter:
             policy=config["policy"],
             defer_block_free=True if config["force_defer_block_free"] else None,
             preemption_guard="prefix" if config["prefix_guard"] else "fixed",
+            enable_prefix_caching=config.get("enable_prefix_caching", False),
         )
 
     @staticmethod
@@ -48,6 +49,7 @@ class OursAdapter:
             priorities=[spec["priority"]],
             arrival_times=[float(spec["arrival_time"])],
             ignore_eos=spec["ignore_eos"],
+            prompt_token_ids=[spec["prompt_token_ids"]] if "prompt_token_ids" in spec else None,
         )[0]
 
     @staticmethod

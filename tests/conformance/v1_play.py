@@ -27,6 +27,20 @@ from v1_scenario import fake_token, request_by_id
 
 # A runaway scenario must not hang the suite: no more schedule() calls than this.
 MAX_SCHEDULES_PER_SCENARIO = 5000
+# With prefix caching, the head of the free queue (the next blocks handed out
+# or evicted) is compared too.
+FREE_ORDER_PREFIX = 8
+
+
+def _free_order(queue) -> list[int]:
+    """The first block ids of a free queue (vLLM's is a linked list with a getter)."""
+    blocks = queue.get_all_free_blocks() if hasattr(queue, "get_all_free_blocks") else queue
+    out = []
+    for block in blocks:
+        if len(out) == FREE_ORDER_PREFIX:
+            break
+        out.append(block.block_id)
+    return out
 
 
 class AllocationCounter:
@@ -58,6 +72,7 @@ class _Run:
         self.adapter = adapter
         self.specs = request_by_id(scenario)
         self.sched = adapter.create_scheduler(scenario["config"])
+        self.caching = bool(scenario["config"].get("enable_prefix_caching", False))
         self.alloc = AllocationCounter(self.sched.kv_cache_manager)
         # Requests are built up front so that their objects (and final state)
         # survive the scheduler deleting its own entry at finish.
@@ -70,12 +85,19 @@ class _Run:
     # -- observations ---------------------------------------------------------
     def _fence(self) -> dict:
         s = self.sched
-        return {
-            "free_blocks": s.kv_cache_manager.block_pool.get_num_free_blocks(),
+        pool = s.kv_cache_manager.block_pool
+        fence = {
+            "free_blocks": pool.get_num_free_blocks(),
             "sched_step_seq": s.sched_step_seq,
             "processed_step_seq": s.processed_step_seq,
             "deferred_frees": len(s.deferred_frees),
         }
+        if self.caching:
+            # Hash values differ between the sides (sha256 there); what is
+            # cached, and in what order blocks are reused, must not.
+            fence["cached_hashes"] = len(pool.cached_block_hash_to_block)
+            fence["free_order"] = _free_order(pool.free_block_queue)
+        return fence
 
     def _state(self) -> dict:
         """Every added request's status and computed tokens, and the running order."""

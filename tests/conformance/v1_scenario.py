@@ -18,12 +18,15 @@ Format (all keys required unless marked optional)::
         "async_scheduling": false,                   # AsyncScheduler (output placeholders)
         "force_defer_block_free": false,             # true: fence forced on, as vLLM's tests do;
                                                      # false: production gate (off: no connector)
-        "prefix_guard": false                        # true: pre-#49675 preemption loop
+        "prefix_guard": false,                       # true: pre-#49675 preemption loop
+        "enable_prefix_caching": false               # optional; true: automatic prefix caching
       },
       "sampler": {"stop_prob": 0.1, "eos_prob": 0.0},  # optional, these defaults
       "requests": [
         {"id": "r0", "prompt_len": 40, "max_tokens": 8, "priority": 0,
-         "arrival_time": 0.0, "stop_token_ids": [7], "ignore_eos": false}
+         "arrival_time": 0.0, "stop_token_ids": [7], "ignore_eos": false,
+         "prompt_token_ids": [5, 5, ...]}         # optional: the prompt's content (prompt_len ids);
+                                                  # default [0] * prompt_len, the same for every request
       ],
       "actions": [
         {"op": "add", "ids": ["r0"]},
@@ -65,6 +68,8 @@ CONFIG_KEYS = {
     "force_defer_block_free": bool,
     "prefix_guard": bool,
 }
+OPTIONAL_CONFIG_KEYS = {"enable_prefix_caching": bool}
+OPTIONAL_REQUEST_KEYS = {"prompt_token_ids": list}
 REQUEST_KEYS = {
     "id": str,
     "prompt_len": int,
@@ -101,9 +106,13 @@ def validate(scenario: dict) -> dict:
         if key not in config:
             raise ScenarioError(f"{where}: config.{key} is missing (required keys: {sorted(CONFIG_KEYS)})")
         _check_type(f"{where}: config", key, config[key], typ)
-    unknown = set(config) - set(CONFIG_KEYS)
+    for key, typ in OPTIONAL_CONFIG_KEYS.items():
+        if key in config:
+            _check_type(f"{where}: config", key, config[key], typ)
+    allowed = set(CONFIG_KEYS) | set(OPTIONAL_CONFIG_KEYS)
+    unknown = set(config) - allowed
     if unknown:
-        raise ScenarioError(f"{where}: unknown config keys {sorted(unknown)}; allowed: {sorted(CONFIG_KEYS)}")
+        raise ScenarioError(f"{where}: unknown config keys {sorted(unknown)}; allowed: {sorted(allowed)}")
     if config["policy"] not in POLICIES:
         raise ScenarioError(f"{where}: config.policy must be one of {POLICIES}, got {config['policy']!r}")
     for key in ("num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
@@ -133,6 +142,18 @@ def validate(scenario: dict) -> dict:
         if req["id"] in ids:
             raise ScenarioError(f"{rwhere}.id {req['id']!r} is duplicated")
         ids.add(req["id"])
+        if "prompt_token_ids" in req:
+            prompt = req["prompt_token_ids"]
+            if len(prompt) != req["prompt_len"] or not all(
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < NORMAL_TOKEN_RANGE[0] for t in prompt
+            ):
+                raise ScenarioError(
+                    f"{rwhere}.prompt_token_ids must hold prompt_len ({req['prompt_len']}) ints in "
+                    f"[0, {NORMAL_TOKEN_RANGE[0]})"
+                )
+        unknown_keys = set(req) - set(REQUEST_KEYS) - set(OPTIONAL_REQUEST_KEYS)
+        if unknown_keys:
+            raise ScenarioError(f"{rwhere}: unknown keys {sorted(unknown_keys)}")
         if req["prompt_len"] < 1 or req["max_tokens"] < 1:
             raise ScenarioError(f"{rwhere}: prompt_len and max_tokens must be >= 1")
         if req["prompt_len"] >= config["max_model_len"]:

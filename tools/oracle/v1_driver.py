@@ -75,6 +75,7 @@ def create_vllm_scheduler(config: dict, force_defer_block_free=None, prefix_guar
             max_model_len=config["max_model_len"],
             async_scheduling=config["async_scheduling"],
             policy=config["policy"],
+            enable_prefix_caching=config.get("enable_prefix_caching", False),
         )
     finally:
         kit.ModelConfig = _REAL_MODEL_CONFIG
@@ -113,6 +114,7 @@ class VllmAdapter:
             priorities=[spec["priority"]],
             arrival_times=[float(spec["arrival_time"])],
             ignore_eos=spec["ignore_eos"],
+            prompt_token_ids=[spec["prompt_token_ids"]] if "prompt_token_ids" in spec else None,
         )[0]
 
     @staticmethod

@@ -1,0 +1,44 @@
+"""Block hashes for prefix caching, chained as vLLM chains them: block i's
+hash covers its parent's hash and its own tokens, so equal hashes mean equal
+prefixes. Only full blocks are hashed. Hashes are computed lazily, as far as
+the request's known tokens reach (vLLM updates them as tokens are appended;
+the result is the same).
+
+vLLM hashes with sha256 over its serialised tokens; here Python's `hash` of
+(parent, content) does: hashes are only compared within one process, and
+content is either the block's token ids or, for synthetic prompts, the
+(segment key, offset, length) that stands for them (`engine/prompt.py`).
+"""
+
+from __future__ import annotations
+
+from .request import Request
+
+
+def update_block_hashes(request: Request, block_size: int) -> list[int]:
+    """Extend `request.block_hashes` to every full block of its known tokens."""
+    hashes = request.block_hashes
+    n_full = request.num_tokens // block_size
+    i = len(hashes)
+    if i >= n_full:
+        return hashes
+    prompt = request.prompt_token_ids
+    num_prompt = request.num_prompt_tokens
+    output = request.output_token_ids
+    block_key = getattr(prompt, "block_key", None)
+    parent = hashes[-1] if hashes else None
+    while i < n_full:
+        start = i * block_size
+        end = start + block_size
+        content: object
+        if end <= num_prompt:
+            content = block_key(start, end) if block_key else tuple(prompt[start:end])
+        elif start >= num_prompt:
+            content = tuple(output[start - num_prompt : end - num_prompt])
+        else:
+            head = block_key(start, num_prompt) if block_key else tuple(prompt[start:num_prompt])
+            content = (head, tuple(output[: end - num_prompt]))
+        parent = hash((parent, content))
+        hashes.append(parent)
+        i += 1
+    return hashes

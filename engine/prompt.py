@@ -1,0 +1,94 @@
+"""Prompt content without materialising it: a prompt is a list of segments,
+each `length` tokens drawn deterministically from a 64-bit `key`. Requests
+that share a segment key at the same place share those tokens — a system
+prompt, a conversation's earlier turns, a Mooncake trace's `hash_ids` — so
+prefix caching sees exactly the sharing the workload describes, and nothing
+else (every other segment has its own key).
+
+A block that lies inside one segment is described by (key, offset, length)
+for hashing (`block_key`), which stands for its tokens: the same key and
+offset always give the same tokens. Reading tokens one by one
+(`__getitem__`) works too, for what needs real ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
+from typing import overload
+
+_MASK = (1 << 64) - 1
+# Prompt token ids are drawn from a vocabulary of this size.
+VOCAB_SIZE = 32000
+
+
+def segment_key(name: str) -> int:
+    """A stable 64-bit key for a named segment (the same in every process)."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big")
+
+
+def _mix(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+class PromptTokens(Sequence[int]):
+    __slots__ = ("segments", "_starts", "_len")
+
+    def __init__(self, segments: Iterable[tuple[int, int]]) -> None:
+        """`segments`: (key, length) pairs, in order; lengths >= 1."""
+        self.segments = [(int(k), int(n)) for k, n in segments]
+        self._starts = []
+        pos = 0
+        for key, n in self.segments:
+            if n < 1:
+                raise ValueError(f"prompt segment {key}: length={n} is invalid; allowed: >= 1")
+            self._starts.append(pos)
+            pos += n
+        self._len = pos
+
+    @classmethod
+    def unique(cls, name: str, length: int) -> PromptTokens:
+        """A prompt that shares nothing with any other (its own key)."""
+        return cls([(segment_key(name), length)])
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _token(self, pos: int) -> int:
+        i = bisect_right(self._starts, pos) - 1
+        key = self.segments[i][0]
+        return _mix(key ^ _mix(pos - self._starts[i])) % VOCAB_SIZE
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self._token(p) for p in range(*index.indices(self._len))]
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError(index)
+        return self._token(index)
+
+    def block_key(self, start: int, end: int) -> tuple:
+        """What stands for the tokens [start, end) when hashing a block."""
+        i = bisect_right(self._starts, start) - 1
+        parts = []
+        pos = start
+        while pos < end:
+            key, n = self.segments[i]
+            seg_start = self._starts[i]
+            stop = min(end, seg_start + n)
+            parts.append((key, pos - seg_start, stop - pos))
+            pos = stop
+            i += 1
+        return parts[0] if len(parts) == 1 else tuple(parts)
+
+    def __repr__(self) -> str:
+        return f"PromptTokens({len(self.segments)} segment(s), {self._len} tokens)"
