@@ -28,6 +28,10 @@ class KVCacheBlocks:
     def get_block_ids(self) -> list[int]:
         return [b.block_id for b in self.blocks]
 
+    def get_unhashed_block_ids(self) -> list[int]:
+        """The blocks not in the prefix cache (what a KV load must fill)."""
+        return [b.block_id for b in self.blocks if b.block_hash is None]
+
 
 # Shared result of an allocation that needed no new block, and of a lookup
 # that found nothing (never mutated).

@@ -73,9 +73,14 @@ class SimModelRunner:
         sampler: DeterministicSampler,
         shadow: ShadowKVStore | None = None,
         swaps: Callable[[SchedulerOutput], SwapMappings] | None = None,
+        prefix_caching: bool = False,
     ) -> None:
         self.sampler = sampler
         self.shadow = shadow
+        # With prefix caching, the blocks of a (re-)admitted request's computed
+        # tokens are cache hits; without it, they are its own (a landed KV
+        # load, or v0's swapped-in blocks).
+        self.prefix_caching = prefix_caching
         self.requests: dict[str, _ReqState] = {}
         # Only a scheduler with swap space (v0) gives swaps.
         self.swaps = swaps
@@ -97,20 +102,29 @@ class SimModelRunner:
             if shadow is not None:
                 shadow.forget(req_id)
         computed_before: dict[str, int] = {}
+        bs = shadow.block_size if shadow is not None else 1
+        caching = self.prefix_caching
         for new in so.scheduled_new_reqs:
             reqs[new.req_id] = _ReqState(new.prompt_len, list(new.block_ids))
             computed_before[new.req_id] = new.num_computed_tokens
             if shadow is not None:
-                shadow.assign(new.block_ids, new.req_id)
+                # Blocks of tokens already computed are prefix-cache hits (or
+                # a landed KV load, which the request owns already).
+                hits = new.num_computed_tokens // bs if caching else 0
+                shadow.share(new.block_ids[:hits], new.req_id)
+                shadow.assign(new.block_ids[hits:], new.req_id)
         cached = so.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
             state = reqs[req_id]
             new_ids = cached.new_block_ids[i]
             if req_id in cached.resumed_req_ids:
-                # Resumed after preemption: a fresh block table.
+                # Resumed after preemption: a fresh block table, which may
+                # start with prefix-cache hits.
                 state.block_ids = list(new_ids or [])
                 if shadow is not None:
-                    shadow.assign(state.block_ids, req_id)
+                    hits = cached.num_computed_tokens[i] // bs if caching else 0
+                    shadow.share(state.block_ids[:hits], req_id)
+                    shadow.assign(state.block_ids[hits:], req_id)
             elif new_ids:
                 state.block_ids.extend(new_ids)
                 if shadow is not None:

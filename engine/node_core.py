@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .block_hash import update_block_hashes
 from .config import CacheConfig, KVTransferConfig, ParallelConfig, SchedulerConfig, VllmConfig
 from .engine_core import EngineCore
 from .kv_connector.pd_connector import PDConnector
@@ -96,9 +97,15 @@ class NodeCore:
             self.scheduler = create_scheduler_for(self.vllm_config, self.connector)
             depth = self.vllm_config.max_concurrent_batches
         self.sampler = DeterministicSampler(spec.sampler_seed, spec.stop_probability)
-        self.shadow = ShadowKVStore(spec.cache.num_gpu_blocks, spec.cache.block_size) if spec.shadow_kv else None
+        self.shadow = (
+            ShadowKVStore(spec.cache.num_gpu_blocks, spec.cache.block_size, expected_hash=self._expected_hash)
+            if spec.shadow_kv
+            else None
+        )
         swaps = self.scheduler.get_swap_mappings if self.is_v0 and spec.num_cpu_blocks else None
-        self.runner = SimModelRunner(self.sampler, self.shadow, swaps)
+        self.runner = SimModelRunner(
+            self.sampler, self.shadow, swaps, prefix_caching=not self.is_v0 and spec.cache.enable_prefix_caching
+        )
         self.engine = EngineCore(
             spec.name,
             self.scheduler,
@@ -111,6 +118,17 @@ class NodeCore:
         self._finished_sending: set[str] = set()
         self._finished_recving: set[str] = set()
         self._failed_recving: set[str] = set()
+
+    def _expected_hash(self, request_id: str, block_index: int) -> int | None:
+        """The prefix-cache hash of a request's block (None: not full, or not
+        known here), for the shadow store's check of cache hits."""
+        if self.is_v0 or not self.spec.cache.enable_prefix_caching:
+            return None
+        request = self.scheduler.requests.get(request_id)
+        if request is None:
+            return None
+        hashes = update_block_hashes(request, self.spec.cache.block_size)
+        return hashes[block_index] if block_index < len(hashes) else None
 
     # -- the engine loop ---------------------------------------------------------
     @property
@@ -237,9 +255,15 @@ class NodeCore:
         return self.shadow.read(request_id, block_ids, num_tokens, now)
 
     # -- consumer side: a pull landed ----------------------------------------
-    def write_pulled_blocks(self, request_id: str, block_ids: list[int], num_tokens: int, now: float) -> None:
+    def write_pulled_blocks(
+        self, request_id: str, block_ids: list[int], num_tokens: int, now: float, first_block_index: int = 0
+    ) -> None:
+        """A KV load landed: `block_ids` hold the prompt's blocks from
+        `first_block_index` on (the ones before came from a local cache hit)."""
         if self.shadow is not None:
-            self.shadow.write(request_id, block_ids, 0, num_tokens, now)
+            bs = self.spec.cache.block_size
+            table = [0] * first_block_index + list(block_ids)  # indexed by prompt block position
+            self.shadow.write(request_id, table, first_block_index * bs, num_tokens, now)
 
     # -- reporting -------------------------------------------------------------
     def counters(self) -> dict:

@@ -268,5 +268,15 @@ class OutputProcessorMixin:
         return self.counters.deferred_free_blocks
 
     def get_counters(self: Scheduler) -> dict[str, int]:  # type: ignore[misc]
-        self.counters.num_allocate_slots_calls = self.kv_cache_manager.num_allocate_slots_calls
-        return self.counters.to_dict()
+        kvm = self.kv_cache_manager
+        self.counters.num_allocate_slots_calls = kvm.num_allocate_slots_calls
+        counters = self.counters.to_dict()
+        if kvm.enable_caching:
+            stats = kvm.prefix_cache_stats
+            counters.update(
+                prefix_cache_queries=stats.queries,
+                prefix_cache_hits=stats.hits,
+                prefix_cache_preempted_queries=stats.preempted_queries,
+                prefix_cache_preempted_hits=stats.preempted_hits,
+            )
+        return counters

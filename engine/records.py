@@ -99,5 +99,8 @@ class WorkloadRequest:
     prompt_len: int
     output_len: int
     priority: int = 0
-    # Ids of the prompt's prefix blocks (Mooncake traces); informational today.
+    # Ids of the prompt's prefix blocks (Mooncake traces).
     hash_ids: tuple[int, ...] = ()
+    # The prompt's content as (segment key, length) pairs (`engine/prompt.py`)
+    # when it shares segments with other prompts; empty: content of its own.
+    prompt_segments: tuple[tuple[int, int], ...] = ()

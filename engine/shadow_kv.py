@@ -10,16 +10,25 @@ KV load's target blocks). Then:
 - a KV pull writes the pulled blocks when it lands;
 - a step reads the context it attends to; a read that finds another
   request's content, or nothing, is reported.
+
+With prefix caching a block is shared: its writer owns it, and a request
+that hit it in the cache is a *reader* that expects the content its hash
+names. A full block records the hash of what its writer wrote (asked of
+`expected_hash(request_id, block_index)`); a reader's read checks it — a hit
+on a block whose content is not what its hash says is a corruption
+("read_hit_mismatch") — and a block handed to a new owner, or written by
+someone else, turns bad for every reader too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 
 @dataclass
 class Violation:
-    kind: str  # "stale_write" | "read_foreign" | "read_missing"
+    kind: str  # "stale_write" | "read_foreign" | "read_missing" | "read_hit_mismatch"
     time: float
     block_id: int
     request_id: str
@@ -31,8 +40,20 @@ class Violation:
 
 
 class ShadowKVStore:
-    def __init__(self, num_blocks: int, block_size: int, max_violations_kept: int = 1000) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        max_violations_kept: int = 1000,
+        expected_hash: Callable[[str, int], int | None] | None = None,
+    ) -> None:
         self.block_size = block_size
+        # Prefix caching: the hash of a block's complete content, and who reads
+        # it through a cache hit expecting which hash.
+        self.expected_hash = expected_hash
+        self.content: list[int | None] = [None] * num_blocks
+        self.readers: dict[int, dict[str, int | None]] = {}
+        self._shared_with: dict[str, list[int]] = {}
         self.owner: list[str | None] = [None] * num_blocks
         # Slot tags: (request id, position) or None. A block's slot list is
         # allocated lazily to keep big idle pools cheap.
@@ -51,10 +72,11 @@ class ShadowKVStore:
         self.num_clobbered_slots = 0
         self.num_read_foreign = 0
         self.num_read_missing = 0
+        self.num_hit_mismatches = 0
 
     @property
     def num_corruptions(self) -> int:
-        return self.num_stale_writes + self.num_read_foreign + self.num_read_missing
+        return self.num_stale_writes + self.num_read_foreign + self.num_read_missing + self.num_hit_mismatches
 
     def _report(self, kind: str, now: float, block: int, req: str, pos: int) -> None:
         if len(self.violations) < self.max_violations_kept:
@@ -80,19 +102,48 @@ class ShadowKVStore:
         for b in block_ids:
             old = owner[b]
             if old != request_id:
-                # The previous owner may still read it through a stale table.
+                # The previous owner (and readers) may still read it through a stale table.
                 self._mark_bad(old, b)
+                self._drop_readers(b)
                 self._clear_bad(request_id, b)
                 owner[b] = request_id
                 self.slots[b] = None
                 self.owned[b] = 0
                 self.foreign[b] = 0
+                self.content[b] = None
+
+    def share(self, block_ids, request_id: str, first_index: int = 0) -> None:
+        """`request_id` hit these blocks (block indices from `first_index`) in
+        the prefix cache: it will read them expecting its own hashes."""
+        owner = self.owner
+        expected = self.expected_hash
+        for i, b in enumerate(block_ids):
+            if owner[b] == request_id:
+                continue
+            self._clear_bad(request_id, b)
+            readers = self.readers.get(b)
+            if readers is None:
+                readers = self.readers[b] = {}
+            readers[request_id] = expected(request_id, first_index + i) if expected is not None else None
+            self._shared_with.setdefault(request_id, []).append(b)
+
+    def _drop_readers(self, block: int) -> None:
+        readers = self.readers.pop(block, None)
+        if readers:
+            for reader in readers:
+                self._mark_bad(reader, block)
 
     def forget(self, request_id: str) -> None:
         """Drop a finished request's read cache. Its bad-block set stays: a
         step still in flight may read through its old table and must be
         caught."""
         self._verified.pop(request_id, None)
+        for block in self._shared_with.pop(request_id, ()):
+            readers = self.readers.get(block)
+            if readers is not None:
+                readers.pop(request_id, None)
+                if not readers:
+                    del self.readers[block]
 
     def snapshot_block(self, block: int) -> list | None:
         slots = self.slots[block]
@@ -147,8 +198,13 @@ class ShadowKVStore:
                     self.foreign[block] += 1
             if self.foreign[block] and not had_foreign:
                 self._mark_bad(self.owner[block], block)
+                self.content[block] = None
+                self._drop_readers(block)
             elif had_foreign and not self.foreign[block]:
                 self._clear_bad(self.owner[block], block)
+            if mine and self.expected_hash is not None and self.owned[block] == bs and not self.foreign[block]:
+                # The block holds its writer's full content: remember what it is.
+                self.content[block] = self.expected_hash(request_id, idx)
             pos = stop
 
     def read(self, request_id: str, block_table: list[int], num_tokens: int, now: float) -> bool:
@@ -173,12 +229,22 @@ class ShadowKVStore:
         start_idx = verified[1] // bs if verified is not None and verified[0] is block_table else 0
         owner, owned = self.owner, self.owned
         good_upto = num_tokens
+        readers = self.readers
         for idx in range(start_idx, nblocks):
             block = block_table[idx]
             need = bs if idx < full_blocks else tail
-            if owner[block] == request_id and owned[block] < need:
-                self.num_read_missing += 1
-                self._report("read_missing", now, block, request_id, idx * bs)
+            if owner[block] == request_id:
+                if owned[block] < need:
+                    self.num_read_missing += 1
+                    self._report("read_missing", now, block, request_id, idx * bs)
+                    ok = False
+                    good_upto = min(good_upto, idx * bs)
+                continue
+            expected = readers.get(block, {}).get(request_id, 0)
+            if expected != 0 and (expected is None or self.content[block] != expected):
+                # A cache hit on a block whose content is not what its hash says.
+                self.num_hit_mismatches += 1
+                self._report("read_hit_mismatch", now, block, request_id, idx * bs)
                 ok = False
                 good_upto = min(good_upto, idx * bs)
         self._verified[request_id] = (block_table, good_upto)
@@ -190,5 +256,6 @@ class ShadowKVStore:
             "clobbered_slots": self.num_clobbered_slots,
             "read_foreign": self.num_read_foreign,
             "read_missing": self.num_read_missing,
+            "read_hit_mismatches": self.num_hit_mismatches,
             "corruptions": self.num_corruptions,
         }

@@ -32,6 +32,9 @@ class RecvSpec:
     remote_engine_id: str
     remote_address: str
     num_tokens: int
+    # The prompt position (in blocks) of the first pulled block: a local
+    # prefix-cache hit covers the blocks before it, which are not pulled.
+    first_block_index: int = 0
 
 
 @dataclass
@@ -65,7 +68,9 @@ class PDConnector(KVConnectorBase):
         if not params or not params.get("do_remote_prefill"):
             return
         if num_external_tokens > 0:
-            self._reqs_need_recv[request.request_id] = (request, blocks.get_block_ids())
+            # As vLLM's NIXL connector: only the blocks a local prefix-cache
+            # hit did not provide are loaded.
+            self._reqs_need_recv[request.request_id] = (request, blocks.get_unhashed_block_ids())
         # Load once: a later re-admission (after preemption) recomputes.
         params["do_remote_prefill"] = False
 
@@ -74,14 +79,17 @@ class PDConnector(KVConnectorBase):
         meta = PDConnectorMetadata()
         for req_id, (request, local_ids) in self._reqs_need_recv.items():
             params = request.kv_transfer_params or {}
+            remote_ids = list(params.get("remote_block_ids", []))
+            skipped = max(0, len(remote_ids) - len(local_ids))
             meta.reqs_to_recv[req_id] = RecvSpec(
                 request_id=req_id,
                 local_block_ids=local_ids,
-                remote_block_ids=list(params.get("remote_block_ids", [])),
+                remote_block_ids=remote_ids[skipped:],
                 remote_request_id=params.get("remote_request_id", req_id),
                 remote_engine_id=params.get("remote_engine_id", ""),
                 remote_address=params.get("remote_address", ""),
                 num_tokens=request.num_prompt_tokens,
+                first_block_index=skipped,
             )
         meta.reqs_to_send = self._reqs_need_send
         self._reqs_need_recv = {}
