@@ -17,23 +17,24 @@ Threshold language (parsed by hand, never eval'd):
 `metric[variant]` is the mean over that variant's repeats; wrap it in an
 aggregate to pick another (`max(num_zero_progress_preemptions[fixed]) == 0`).
 Division follows IEEE: x/0 is +-inf (so "a / b >= 10" passes when b is 0 and
-a is not) and 0/0 is NaN, which fails every comparison.
+a is not). 0/0 is undefined: the threshold fails, whatever its comparison,
+and says so.
 """
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from bench.errors import InputError, did_you_mean, one_line
 from bench.results import ResultsError, is_number, load_results
 
 DEFAULT_TABLE_METRICS = (
@@ -76,7 +77,7 @@ COMPARATORS = {
 }
 
 
-class ThresholdError(ValueError):
+class ThresholdError(InputError):
     pass
 
 
@@ -100,14 +101,12 @@ def group_by_variant(results: Sequence[dict]) -> dict[str, dict[int, dict]]:
 
 def metric_values(groups: dict[str, dict[int, dict]], metric: str, variant: str) -> dict[int, float]:
     if variant not in groups:
-        raise ThresholdError(f"unknown variant {variant!r}; known: {', '.join(groups)}")
+        raise ThresholdError(f"unknown variant {variant!r}{did_you_mean(variant, groups)}; known: {', '.join(groups)}")
     runs = groups[variant]
     missing = [rep for rep, r in runs.items() if not is_number(r.get(metric))]
     if missing:
         known = sorted({k for r in runs.values() for k, v in r.items() if is_number(v)})
-        hint = difflib.get_close_matches(metric, known, n=3)
-        hint_txt = f"; did you mean {', '.join(hint)}?" if hint else ""
-        raise ThresholdError(f"unknown metric {metric!r} for variant {variant!r}{hint_txt}")
+        raise ThresholdError(f"unknown metric {metric!r} for variant {variant!r}{did_you_mean(metric, known)}")
     return {rep: float(r[metric]) for rep, r in sorted(runs.items())}
 
 
@@ -251,6 +250,7 @@ class ThresholdOutcome:
     passed: bool
     lhs: float
     rhs: float
+    note: str = ""  # why it failed when the values alone do not say (an undefined side)
 
 
 def _eval(node, groups) -> float:
@@ -281,6 +281,12 @@ def evaluate_thresholds(results: Sequence[dict], thresholds: Sequence[str]) -> l
     outcomes = []
     for text, (op, lhs, rhs) in parsed:
         a, b = _eval(lhs, groups), _eval(rhs, groups)
+        if math.isnan(a) or math.isnan(b):
+            # 0/0 has no value: the threshold cannot be judged, so it fails,
+            # whatever the comparison (`0/0 != 1` must not pass).
+            side = "left" if math.isnan(a) else "right"
+            outcomes.append(ThresholdOutcome(text, False, a, b, f"the {side} side is undefined (0/0)"))
+            continue
         outcomes.append(ThresholdOutcome(text, bool(COMPARATORS[op](a, b)), a, b))
     return outcomes
 
@@ -297,29 +303,39 @@ class Cell:
 
 
 def summarize(
-    results: Sequence[dict], baseline: str | None = None, metrics: Sequence[str] | None = None
+    results: Sequence[dict],
+    baseline: str | None = None,
+    metrics: Sequence[str] | None = None,
+    baseline_of: dict[str, str] | None = None,
 ) -> tuple[str, list[str], dict[str, dict[str, Cell]]]:
-    """(baseline, metrics, variant -> metric -> Cell). Metrics default to the usual set present."""
+    """(baseline, metrics, variant -> metric -> Cell). Metrics default to the usual set present.
+
+    `baseline_of` gives a variant its own baseline (labelled result sets:
+    `candidate/fixed` against `baseline/fixed`); the others use `baseline`."""
     groups = group_by_variant(results)
     if not groups:
         raise ResultsError("no results to compare")
     baseline = baseline or next(iter(groups))
     if baseline not in groups:
-        raise ResultsError(f"unknown baseline variant {baseline!r}; known: {', '.join(groups)}")
+        raise ResultsError(
+            f"unknown baseline variant {baseline!r}{did_you_mean(baseline, groups)}; known: {', '.join(groups)}"
+        )
+    baseline_of = baseline_of or {}
     if metrics is None:
         metrics = [m for m in DEFAULT_TABLE_METRICS if all(is_number(r.get(m)) for r in results)]
     table: dict[str, dict[str, Cell]] = {}
     for variant in groups:
         row: dict[str, Cell] = {}
         for m in metrics:
+            base_variant = baseline_of.get(variant, baseline)
             try:
                 vals = metric_values(groups, m, variant)
-                base = metric_values(groups, m, baseline)
+                base = metric_values(groups, m, base_variant)
             except ThresholdError as exc:
                 raise ResultsError(str(exc)) from None
             xs = list(vals.values())
             cell = Cell(float(np.mean(xs)), _sample_std(xs), len(xs))
-            if variant != baseline:
+            if variant != base_variant:
                 pairs = [(vals[r], base[r]) for r in vals if r in base]
                 ratios = [math.nan if b == 0 and a == 0 else (math.inf if b == 0 else a / b) for a, b in pairs]
                 cell.ratio = float(np.mean(ratios)) if ratios else None
@@ -347,13 +363,18 @@ def _cell_text(c: Cell) -> str:
     return text
 
 
-def format_compare_table(baseline: str, metrics: Sequence[str], table: dict[str, dict[str, Cell]]) -> Table:
+def format_compare_table(
+    baseline: str, metrics: Sequence[str], table: dict[str, dict[str, Cell]], baseline_of: dict[str, str] | None = None
+) -> Table:
     """Variants side by side (one column each); with more than three variants
-    the table turns so that each variant is a row and it still fits a terminal."""
-    title = f"mean ± std over repeats; (×r) = paired ratio vs {baseline}"
+    the table turns so that each variant is a row and it still fits a terminal.
+    Names are never cut: the metric column keeps its full width, values and
+    headers wrap (fold) instead."""
+    against = f"vs {baseline}" if not baseline_of else "vs the same variant of the first set"
+    title = f"mean ± std over repeats; (×r) = paired ratio {against}"
     if len(table) > 3:
         t = Table(title=title)
-        t.add_column("variant", style="bold")
+        t.add_column("variant", style="bold", no_wrap=True, min_width=max(len(v) for v in table))
         t.add_column("n", justify="right")
         for m in metrics:
             t.add_column(m, justify="right", overflow="fold")
@@ -363,10 +384,11 @@ def format_compare_table(baseline: str, metrics: Sequence[str], table: dict[str,
             t.add_row(label, str(n), *(_cell_text(row[m]) for m in metrics))
         return t
     t = Table(title=title)
-    t.add_column("metric", style="bold")
+    t.add_column("metric", style="bold", no_wrap=True, min_width=max((len(m) for m in metrics), default=6))
     for variant in table:
         n = max((c.n for c in table[variant].values()), default=0)
-        t.add_column(f"{escape(variant)}{' (baseline)' if variant == baseline else ''}\nn={n}", justify="right")
+        head = f"{escape(variant)}{' (baseline)' if variant == baseline and not baseline_of else ''}\nn={n}"
+        t.add_column(head, justify="right", overflow="fold")
     for m in metrics:
         t.add_row(m, *(_cell_text(table[variant][m]) for variant in table))
     return t
@@ -375,12 +397,89 @@ def format_compare_table(baseline: str, metrics: Sequence[str], table: dict[str,
 def format_threshold_table(outcomes: Sequence[ThresholdOutcome]) -> Table:
     t = Table(title="thresholds")
     t.add_column("result")
-    t.add_column("threshold")
+    t.add_column("threshold", overflow="fold")
     t.add_column("lhs", justify="right")
     t.add_column("rhs", justify="right")
     for o in outcomes:
-        t.add_row("[green]PASS[/]" if o.passed else "[red]FAIL[/]", escape(o.text), _fmt(o.lhs), _fmt(o.rhs))
+        verdict = "[green]PASS[/]" if o.passed else "[red]FAIL[/]"
+        text = escape(o.text) + (f" [red]({escape(o.note)})[/]" if o.note else "")
+        t.add_row(verdict, text, _fmt(o.lhs), _fmt(o.rhs))
     return t
+
+
+def split_label(arg: str) -> tuple[str | None, str]:
+    """`LABEL=PATH` -> (label, path); a plain path -> (None, path)."""
+    label, sep, path = arg.partition("=")
+    if sep and label and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", label):
+        return label, path
+    return None, arg
+
+
+def load_labelled(paths: Sequence[str]) -> tuple[list[dict], dict[str, str], list[str]]:
+    """Results of every path; with `LABEL=PATH` arguments each result's
+    variant becomes `LABEL/variant`, and each such variant is paired with the
+    same variant of the first label's set (its baseline). Returns (results,
+    baseline_of, labels)."""
+    results: list[dict] = []
+    labels: list[str] = []
+    for arg in paths:
+        label, path = split_label(arg)
+        loaded = load_results([path])
+        if label is not None:
+            if label not in labels:
+                labels.append(label)
+            loaded = [dict(r, variant=f"{label}/{r['variant']}") for r in loaded]
+        results.extend(loaded)
+    baseline_of: dict[str, str] = {}
+    if labels:
+        first = labels[0]
+        for r in results:
+            v = r["variant"]
+            _, _, plain = v.partition("/")
+            if not v.startswith(first + "/") and f"{first}/{plain}" in {x["variant"] for x in results}:
+                baseline_of[v] = f"{first}/{plain}"
+    return results, baseline_of, labels
+
+
+def _json_number(x: float | None) -> float | None:
+    return None if x is None or math.isnan(x) else (x if math.isfinite(x) else (1e308 if x > 0 else -1e308))
+
+
+def summary_json(
+    baseline: str,
+    metrics: Sequence[str],
+    table: dict[str, dict[str, Cell]],
+    outcomes: Sequence[ThresholdOutcome],
+    baseline_of: dict[str, str],
+    exit_code: int,
+) -> dict:
+    """The comparison for machines (CI): every cell and every threshold; NaN is null."""
+    return {
+        "schema": "disagg-sim.compare/1",
+        "baseline": baseline,
+        "baseline_of": baseline_of,
+        "metrics": list(metrics),
+        "variants": {
+            v: {
+                m: {"mean": _json_number(c.mean), "std": _json_number(c.std), "n": c.n, "ratio": _json_number(c.ratio)}
+                for m, c in row.items()
+            }
+            for v, row in table.items()
+        },
+        "thresholds": [
+            {
+                "threshold": o.text,
+                "passed": o.passed,
+                "lhs": _json_number(o.lhs),
+                "rhs": _json_number(o.rhs),
+                "note": o.note,
+            }
+            for o in outcomes
+        ],
+        "passed": sum(o.passed for o in outcomes),
+        "failed": sum(not o.passed for o in outcomes),
+        "exit_code": exit_code,
+    }
 
 
 def main_compare(
@@ -389,19 +488,33 @@ def main_compare(
     baseline: str | None = None,
     metrics: Sequence[str] | None = None,
     console: Console | None = None,
+    json_path: str | None = None,
 ) -> int:
-    """CLI body: 0 when every threshold passes, 1 when one fails, 2 on bad input."""
+    """CLI body: 0 when every threshold passes, 1 when one fails, 2 on bad input.
+
+    Paths are result files or directories, each optionally `LABEL=PATH`:
+    `compare base=results/a cand=results/b` puts two builds side by side
+    (variants `base/fixed`, `cand/fixed`, ...; ratios against `base/`)."""
+    import json as _json
+
     console = console or Console()
     try:
-        results: list[Any] = load_results(paths)
-        base, names, table = summarize(results, baseline, metrics)
-        console.print(format_compare_table(base, names, table))
+        results, baseline_of, _ = load_labelled(paths)
+        base, names, table = summarize(results, baseline, metrics, baseline_of)
         outcomes = evaluate_thresholds(results, thresholds)
-    except (ResultsError, ThresholdError) as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+    except InputError as exc:
+        console.print(f"[red]error:[/] {escape(one_line(str(exc)))}", highlight=False)
         return 2
+    console.print(format_compare_table(base, names, table, baseline_of))
     if outcomes:
         console.print(format_threshold_table(outcomes))
     failed = [o for o in outcomes if not o.passed]
     console.print(f"{len(outcomes) - len(failed)} passed, {len(failed)} failed", highlight=False)
-    return 1 if failed else 0
+    code = 1 if failed else 0
+    if json_path is not None:
+        doc = summary_json(base, names, table, outcomes, baseline_of, code)
+        try:
+            Path(json_path).write_text(_json.dumps(doc, indent=2) + "\n")
+        except OSError as exc:
+            raise ResultsError(f"--json {json_path}: cannot write ({exc.strerror or exc})") from None
+    return code

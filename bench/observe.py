@@ -51,9 +51,15 @@ class NodeObserver:
         log_interval: float | None = None,
         model_name: str = "disagg-sim",
         buffer_lines: bool = False,
+        labels: dict[str, str] | None = None,
     ) -> None:
         self.node_name = node_name
-        self.exporter = NodeMetricsExporter(node_name, model_name=model_name)
+        self.engine_index = engine_index
+        self.log_interval = log_interval
+        labels = dict(labels or {})
+        self.exporter = NodeMetricsExporter(node_name, model_name=model_name, extra_labels=tuple(labels))
+        if any(labels.values()):
+            self.exporter.relabel(**labels)
         self._buffer: _BufferHandler | None = None
         log = logger
         if buffer_lines:
@@ -61,11 +67,22 @@ class NodeObserver:
             log = logging.Logger(f"disagg_sim.stats.{node_name}", logging.DEBUG)
             self._buffer = _BufferHandler()
             log.addHandler(self._buffer)
-        self.stat_logger = (
-            PeriodicStatLogger(engine_index=engine_index, interval=log_interval, node_name=node_name, log=log)
-            if log_interval
-            else None
+        self._log = log
+        self.stat_logger = self._new_stat_logger(labels.get("variant"))
+
+    def _new_stat_logger(self, variant: str | None) -> PeriodicStatLogger | None:
+        if not self.log_interval:
+            return None
+        # Stats lines say which variant they belong to: `[fixed/decode-0] Engine 000: ...`.
+        name = f"{variant}/{self.node_name}" if variant else self.node_name
+        return PeriodicStatLogger(
+            engine_index=self.engine_index, interval=self.log_interval, node_name=name, log=self._log
         )
+
+    def begin_run(self, variant: str) -> None:
+        """A new run of `variant`: series under its label, stats lines from its t = 0."""
+        self.exporter.relabel(variant=variant)
+        self.stat_logger = self._new_stat_logger(variant)
 
     # -- serving ------------------------------------------------------------------
     def start(self, port: int, host: str = "127.0.0.1") -> str:
@@ -120,14 +137,25 @@ class LiveObserver:
         metrics_port: int | None = None,
         log_interval: float | None = None,
         model_name: str = "disagg-sim",
+        labels: tuple[str, ...] = (),
     ) -> None:
         """`metrics_port`: None = no HTTP endpoint; 0 = an ephemeral port per
         node; N = node i serves on N + i. `log_interval`: seconds of the run's
-        clock between log lines per node (None = no lines)."""
+        clock between log lines per node (None = no lines). `labels`: extra
+        label names (`("variant",)`), set per run by `begin_run`; the servers
+        stay up across runs."""
         self.nodes = {
-            n: NodeObserver(n, engine_index=i, log_interval=log_interval, model_name=model_name)
+            n: NodeObserver(
+                n,
+                engine_index=i,
+                log_interval=log_interval,
+                model_name=model_name,
+                labels={k: "" for k in labels},
+            )
             for i, n in enumerate(node_names)
         }
+        self._pace: float | None = None
+        self._pace_start = 0.0
         self.exporters = {n: o.exporter for n, o in self.nodes.items()}
         self.loggers = {n: o.stat_logger for n, o in self.nodes.items() if o.stat_logger is not None}
         self.urls: dict[str, str] = {}
@@ -140,7 +168,22 @@ class LiveObserver:
                 self.close()  # no server left behind when a later port is taken
                 raise
 
+    def begin_run(self, variant: str, repeat: int = 0, pace: float | None = None) -> None:
+        """A new run: series and stats lines under `variant`; with `pace`, the
+        virtual clock is held to `pace` x wall time (1.0 = real time) so a
+        dashboard can watch an in-process run unfold."""
+        for node in self.nodes.values():
+            node.begin_run(variant)
+        self.loggers = {n: o.stat_logger for n, o in self.nodes.items() if o.stat_logger is not None}
+        self._pace = pace
+        self._pace_start = time.monotonic()
+
     def on_step(self, step: StepRecord) -> None:
+        if self._pace is not None:
+            # Sleep until the wall clock catches up with the step's virtual time.
+            ahead = step.time / self._pace - (time.monotonic() - self._pace_start)
+            if ahead > 0:
+                time.sleep(ahead)
         node = self.nodes.get(step.node)
         if node is not None:
             node.on_step(step)
@@ -175,12 +218,19 @@ def start_node_observer(
     metrics_port: int | None,
     log_interval: float | None,
     model_name: str = "disagg-sim",
+    variant: str | None = None,
 ) -> NodeObserver:
     """Runs inside a Ray node actor (`cluster.ray.observe.ObserverFactory`):
     node `index` serves on `host`:`metrics_port + index` (0 = ephemeral,
-    None = no endpoint); its stats lines are buffered for the driver."""
+    None = no endpoint); its stats lines are buffered for the driver. With
+    `variant`, series carry a `variant` label and lines say the variant."""
     node = NodeObserver(
-        node_name, engine_index=index, log_interval=log_interval, model_name=model_name, buffer_lines=True
+        node_name,
+        engine_index=index,
+        log_interval=log_interval,
+        model_name=model_name,
+        buffer_lines=True,
+        labels={"variant": variant} if variant else None,
     )
     if metrics_port is not None:
         port = 0 if metrics_port == 0 else metrics_port + index
@@ -221,6 +271,10 @@ class RayLiveObserver:
         self.announce = announce
         self.urls: dict[str, str] = {}
         self.held_s = 0.0  # seconds the last run spent holding its endpoints (not run time)
+
+    def begin_run(self, variant: str, repeat: int = 0, pace: float | None = None) -> None:
+        """The next run's actors label their series and lines with `variant`."""
+        self.factory = functools.partial(self.factory, variant=variant)
 
     def run_ray_kwargs(self) -> dict:
         return {"observer_factory": self.factory, "on_metrics_urls": self._on_urls, "while_serving": self._hold}

@@ -98,29 +98,47 @@ _COUNTER_FOR_KEY = {
     "num_allocate_slots_calls": "allocate_slots_calls",
     "num_blocks_freed_by_drain": "blocks_freed_by_drain",
     "kv_corruptions_detected": "kv_corruptions",
+    "prefix_cache_queries": "prefix_cache_queries",
+    "prefix_cache_hits": "prefix_cache_hits",
 }
 
 
 class NodeMetricsExporter:
-    def __init__(self, node_name: str, model_name: str = "disagg-sim", engine: str | None = None):
+    """`extra_labels` adds label names to every series (e.g. `variant`), all
+    empty until `relabel` gives them values; one exporter (and one HTTP
+    server) then serves run after run, each under its own labels."""
+
+    def __init__(
+        self,
+        node_name: str,
+        model_name: str = "disagg-sim",
+        engine: str | None = None,
+        extra_labels: tuple[str, ...] = (),
+    ):
         self.node_name = node_name
         self.registry = CollectorRegistry()
         self.labels = {"model_name": model_name, "engine": engine if engine is not None else node_name}
+        self.labels.update({name: "" for name in extra_labels})
         self._server = None
         self._thread: threading.Thread | None = None
         self._totals = {attr: 0 for attr in _COUNTER_FOR_KEY.values()}
         self._deferred_peak = 0
+        self._families: dict[str, Gauge | Counter | Histogram] = {}
 
         names = list(self.labels)
 
+        def family(metric):
+            self._families[metric._name] = metric
+            return metric.labels(**self.labels)
+
         def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, names, registry=self.registry).labels(**self.labels)
+            return family(Gauge(name, doc, names, registry=self.registry))
 
         def counter(name: str, doc: str) -> Counter:
-            return Counter(name, doc, names, registry=self.registry).labels(**self.labels)
+            return family(Counter(name, doc, names, registry=self.registry))
 
         def histogram(name: str, doc: str, buckets) -> Histogram:
-            return Histogram(name, doc, names, buckets=buckets, registry=self.registry).labels(**self.labels)
+            return family(Histogram(name, doc, names, buckets=buckets, registry=self.registry))
 
         self.num_requests_running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
         self.num_requests_waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
@@ -130,6 +148,14 @@ class NodeMetricsExporter:
         self.cpu_cache_usage_perc = gauge("vllm:cpu_cache_usage_perc", "CPU KV-cache usage (v0). 1 means 100 percent.")
         # prometheus_client appends _total: exposed as vllm:num_preemptions_total, as in vLLM.
         self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
+        # Exposed as vllm:prefix_cache_queries_total / _hits_total, as in vLLM.
+        self.prefix_cache_queries = counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+        )
+        self.prefix_cache_hits = counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
+        )
         self.ttft = histogram(
             "vllm:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
@@ -177,6 +203,25 @@ class NodeMetricsExporter:
             "disagg_sim:num_requests_waiting_for_remote_kvs", "Requests in WAITING_FOR_REMOTE_KVS."
         )
         self.batches_in_flight = gauge("disagg_sim:batches_in_flight", "Scheduled batches not yet processed.")
+
+    def relabel(self, **values: str) -> None:
+        """Point every series at new label values (a new run). Counters are
+        tracked from zero again: a run reports its own totals, and a series
+        seen before (the same variant, another repeat) keeps counting up."""
+        unknown = set(values) - set(self.labels) | ({"model_name", "engine"} & set(values))
+        if unknown:
+            raise ValueError(f"relabel: {sorted(unknown)} are not extra labels of this exporter")
+        old = dict(self.labels)
+        self.labels.update(values)
+        placeholder = all(old[k] == "" for k in old if k not in ("model_name", "engine"))
+        for attr, child in list(vars(self).items()):
+            fam = self._families.get(getattr(child, "_name", None) or "")
+            if fam is not None and attr != "_families":
+                if placeholder:  # the unlabelled series from before the first run: not a run's data
+                    fam.remove(*old.values())
+                setattr(self, attr, fam.labels(**self.labels))
+        self._totals = {attr: 0 for attr in _COUNTER_FOR_KEY.values()}
+        self._deferred_peak = 0
 
     # ---- feeding -----------------------------------------------------------------------------
 

@@ -21,7 +21,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.errors import InputError
 from bench.metrics import DEFAULT_PERCENTILES, compute_metrics, request_latencies, step_aggregates
+from connector.transport import PullFailure
 from engine.records import RequestRecord, StepRecord
 
 SCHEMA = "disagg-sim.result/1"
@@ -55,7 +57,7 @@ REQUIRED_KEYS: dict[str, tuple[type, ...]] = {
 }
 
 
-class ResultsError(ValueError):
+class ResultsError(InputError):
     pass
 
 
@@ -67,6 +69,15 @@ def aggregate_counters(counters_by_node: Mapping[str, Mapping[str, int]]) -> dic
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ResultsError(f"counter {key!r} of node {node!r} must be an int, got {value!r}")
             out[key] = max(out.get(key, 0), value) if key.endswith("_peak") else out.get(key, 0) + value
+    if "prefix_cache_queries" in out:
+        # vLLM's hit rate: hits over queries of first admissions (not re-admissions).
+        q = out["prefix_cache_queries"]
+        out["prefix_cache_hit_rate_pct"] = round(100.0 * out["prefix_cache_hits"] / q, 3) if q else 0  # type: ignore[assignment]
+    if "kv_pulls_failed" in out:
+        # Per-reason counters appear on a node only once that reason happened;
+        # a threshold on one must still find it (as 0) in a run without failures.
+        for reason in PullFailure:
+            out.setdefault(f"kv_pulls_failed_{reason.value}", 0)
     return out
 
 
@@ -210,10 +221,14 @@ def validate_result(data: Any, source: str = "<result>") -> dict:
 
 def load_result(path: str | Path) -> dict:
     path = Path(path)
+    if path.is_dir():
+        raise ResultsError(f"{path}: is a directory; allowed: a result file")
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise ResultsError(f"{path}: result file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: cannot read ({exc})") from None
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
     return validate_result(data, str(path))
@@ -222,12 +237,25 @@ def load_result(path: str | Path) -> dict:
 def load_results(paths: Iterable[str | Path]) -> list[dict]:
     """Load result files; a directory contributes every `*.json` in it (sorted)."""
     out: list[dict] = []
+    seen: dict[tuple[str, str, int], Path] = {}
     for p in paths:
         p = Path(p)
-        files = sorted(p.glob("*.json")) if p.is_dir() else [p]
+        # In a directory only the per-run files count (`<scenario>__<variant>__r<N>.json`),
+        # not other JSON that lives there (v0_report.json, a compare --json summary).
+        files = sorted(p.glob("*__r*.json")) if p.is_dir() else [p]
         if p.is_dir() and not files:
-            raise ResultsError(f"{p}: directory has no *.json result files")
-        out.extend(load_result(f) for f in files)
+            raise ResultsError(f"{p}: directory has no result files (<scenario>__<variant>__r<N>.json)")
+        for f in files:
+            r = load_result(f)
+            key = (r["scenario"], r["variant"], r["repeat"])
+            if key in seen:
+                raise ResultsError(
+                    f"{f}: a second result for variant {r['variant']!r} repeat {r['repeat']} (the first: {seen[key]}); "
+                    "allowed: one per variant and repeat - label each result set to compare them: "
+                    "compare base=DIR1 cand=DIR2"
+                )
+            seen[key] = f
+            out.append(r)
     return out
 
 

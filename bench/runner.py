@@ -14,7 +14,8 @@ from rich.console import Console
 from cluster.run_result import RunResult
 
 from .compare import evaluate_thresholds, format_compare_table, format_threshold_table, summarize
-from .plots import plot_latency_cdfs, plot_step_timeseries
+from .errors import InputError
+from .plots import plot_scenario
 from .results import build_result, write_run
 from .scenario import Scenario
 from .v0_report import v0_report, v0_run_record
@@ -38,12 +39,24 @@ class ScenarioOutcome:
     invariant_errors: list[str] = field(default_factory=list)
     out_dir: Path | None = None
     plots: list[Path] = field(default_factory=list)
+    table: tuple | None = None  # (baseline, metrics, variant -> metric -> Cell)
+    report: Path | None = None
 
     @property
     def exit_code(self) -> int:
         if self.invariant_errors:
             return 3
         return 1 if any(not o.passed for o in self.threshold_outcomes) else 0
+
+
+def chaos_kills(chaos, spec) -> list[dict]:
+    """The kills of a chaos plan, as Ray faults (the other kinds are in-process only)."""
+    from cluster.chaos import plan_faults
+
+    names = [(role, ns.name) for role, ns, _ in spec.node_specs()]
+    prefill = [n for r, n in names if r == "prefill"]
+    decode = [n for r, n in names if r == "decode"]
+    return [{"kill": f.target, "at": f.at} for f in plan_faults(chaos, prefill, decode) if f.kind == "kill"]
 
 
 def run_one(
@@ -59,47 +72,77 @@ def run_one(
     seed = scenario.file.seed + repeat
     workload, max_concurrency = scenario.workload(variant, seed)
     faults = scenario.file.faults
+    chaos = None
+    if scenario.file.chaos is not None:
+        from cluster.chaos import ChaosConfig
+
+        # Repeat r draws its own faults, as it draws its own workload.
+        chaos = ChaosConfig(**{**scenario.file.chaos.model_dump(), "seed": scenario.file.chaos.seed + repeat})
     if runtime == "inproc":
         from cluster.inproc import InProcCluster
 
         cluster = InProcCluster(spec, seed=seed, debug_invariants=debug_invariants, observer=observer)
         cluster.submit(workload, max_concurrency)
         for fault in faults:
-            cluster.kill_node_at(fault["kill"], float(fault["at"]))
+            cluster.kill_node_at(fault.kill, fault.at)
+        if chaos is not None:
+            cluster.inject_chaos(chaos)
         return cluster.run()
     from cluster.ray.runtime import run_ray
 
+    ray_faults = [f.model_dump() for f in faults]
+    if chaos is not None:
+        ray_faults += chaos_kills(chaos, spec)
     return run_ray(
         spec,
         workload,
         seed=seed,
         max_concurrency=max_concurrency,
         handle=ray_handle,
-        faults=faults,
+        faults=ray_faults,
         **(observer.run_ray_kwargs() if observer is not None else {}),
     )
 
 
-def _observer_for(
-    scenario: Scenario, variant: str, runtime: str, metrics_port, log_interval, console, hold_metrics: float = 0.0
+def _observer_for_run(
+    scenario: Scenario, variants: list[str], runtime: str, metrics_port, log_interval, console, hold_metrics: float
 ):
+    """One observer for the whole `run`: one /metrics endpoint per node name
+    (bound once, before anything runs), series labelled with the variant."""
     if metrics_port is None and not log_interval:
         return None
     if runtime == "ray":
         from .observe import RayLiveObserver
 
-        # Each node actor serves its own /metrics; the URLs are printed when
-        # the actors are up, and the hold happens inside the run.
+        # Each node actor serves its own /metrics for its run; the URLs are
+        # printed when the actors are up, and the hold happens inside the run.
         return RayLiveObserver(
             metrics_port=metrics_port, log_interval=log_interval, hold_s=hold_metrics, announce=console.print
         )
     from .observe import LiveObserver
 
-    names = [spec.name for _, spec, _ in scenario.cluster(variant).node_specs()]
-    observer = LiveObserver(names, metrics_port=metrics_port, log_interval=log_interval)
+    names: list[str] = []
+    for v in variants:
+        names += [spec.name for _, spec, _ in scenario.cluster(v).node_specs() if spec.name not in names]
+    try:
+        observer = LiveObserver(names, metrics_port=metrics_port, log_interval=log_interval, labels=("variant",))
+    except OSError as err:
+        raise InputError(
+            f"--metrics-port {metrics_port}: cannot serve /metrics on 127.0.0.1 ({err.strerror or err}); "
+            f"allowed: a free port (node i uses PORT+i), or 0 for ephemeral ports"
+        ) from None
     if observer.urls:
         console.print("metrics: " + ", ".join(f"{n} {u}" for n, u in observer.urls.items()))
     return observer
+
+
+class RunCrashed(RuntimeError):
+    """A run raised: a bug or an environment failure, not bad input (exit 4)."""
+
+    def __init__(self, variant: str, repeat: int, error: BaseException) -> None:
+        super().__init__(f"run {variant} r{repeat} crashed: {type(error).__name__}: {error}")
+        self.variant, self.repeat, self.error = variant, repeat, error
+        self.out_dir: Path | None = None
 
 
 def run_scenario(
@@ -112,15 +155,26 @@ def run_scenario(
     metrics_port: int | None = None,
     log_interval: float | None = None,
     hold_metrics: float = 0.0,
+    provenance: dict | None = None,
+    only: list[str] | None = None,
+    pace: float | None = None,
 ) -> ScenarioOutcome:
+    """Every variant x repeat (`only`: a subset of the variants), each result
+    written as it lands, then the table, thresholds, plots and report.html."""
     console = console or Console()
     runtime = runtime or scenario.file.runtime
     outcome = ScenarioOutcome()
     if out_dir is not None:
         outcome.out_dir = Path(out_dir)
     report = scenario.file.report
-    total = len(scenario.variants) * scenario.file.repeats
+    variants = list(only) if only else scenario.variant_names
+    total = len(variants) * scenario.file.repeats
+    if pace is not None and runtime != "inproc":
+        raise InputError(
+            f"--pace {pace:g}: only in-process runs have a virtual clock to pace; allowed with --runtime inproc"
+        )
 
+    observer = _observer_for_run(scenario, variants, runtime, metrics_port, log_interval, console, hold_metrics)
     ray_ctx = None
     if runtime == "ray":
         from cluster.ray.runtime import RayClusterHandle
@@ -128,8 +182,8 @@ def run_scenario(
         ray_ctx = RayClusterHandle(address=address)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    handle = ray_ctx.__enter__() if ray_ctx is not None else None
     try:
+        handle = ray_ctx.__enter__() if ray_ctx is not None else None
         with Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -139,26 +193,23 @@ def run_scenario(
             transient=False,
         ) as bar:
             task = bar.add_task(f"{scenario.name} on {runtime}", total=total)
-            for variant in scenario.variant_names:
+            for variant in variants:
                 for repeat in range(scenario.file.repeats):
                     bar.update(task, description=f"{scenario.name}: {variant} r{repeat}")
                     t0 = time.monotonic()
-                    observer = _observer_for(
-                        scenario, variant, runtime, metrics_port, log_interval, console, hold_metrics
-                    )
+                    if observer is not None:
+                        observer.begin_run(variant=variant, repeat=repeat, pace=pace)
                     try:
                         run = run_one(scenario, variant, repeat, runtime, handle, debug_invariants, observer)
-                        wall = time.monotonic() - t0 - (observer.held_s if observer is not None else 0.0)
-                        if observer is not None:
-                            observer.sync_counters(run.node_counters)
-                            if hold_metrics > 0 and runtime == "inproc":  # Ray held inside run_ray
-                                console.print(
-                                    f"serving /metrics for {hold_metrics:g}s: " + ", ".join(observer.urls.values())
-                                )
-                                time.sleep(hold_metrics)
-                    finally:
-                        if observer is not None:
-                            observer.close()
+                    except (InputError, KeyboardInterrupt):
+                        raise
+                    except Exception as err:
+                        crash = RunCrashed(variant, repeat, err)
+                        crash.out_dir = outcome.out_dir
+                        raise crash from err
+                    wall = time.monotonic() - t0 - (observer.held_s if observer is not None else 0.0)
+                    if observer is not None:
+                        observer.sync_counters(run.node_counters)
                     outcome.runs[(variant, repeat)] = run
                     for err in run.invariant_errors:
                         outcome.invariant_errors.append(f"{variant} r{repeat}: {err}")
@@ -179,22 +230,35 @@ def run_scenario(
                             "wall_seconds": wall,
                             "invariant_errors": run.invariant_errors[:20],
                             "violations": run.violations[:20],
+                            **({"pace": pace} if pace is not None else {}),
                             **run.extra,
                         },
                     )
+                    result["scenario_config"] = scenario_config(scenario, variant, runtime)
+                    if provenance is not None:
+                        result["provenance"] = provenance
                     if _has_v0_node(scenario.cluster(variant)) or _has_v0_node_anywhere(scenario):
                         result["v0_run_record"] = v0_run_record(result, scenario.cluster(variant), run)
                     outcome.results.append(result)
                     if outcome.out_dir is not None:
                         write_run(outcome.out_dir, result, run.steps)
                     bar.advance(task)
+        if observer is not None and hold_metrics > 0 and runtime == "inproc" and observer.urls:
+            console.print(f"serving /metrics for {hold_metrics:g}s: " + ", ".join(observer.urls.values()))
+            time.sleep(hold_metrics)
     finally:
+        if observer is not None:
+            observer.close()
         if ray_ctx is not None:
             ray_ctx.__exit__(None, None, None)
 
-    baseline, metrics, table = summarize(outcome.results, report.baseline, report.metrics)
+    metrics = table_metrics(report.metrics)
+    baseline = report.baseline if report.baseline in variants else None
+    baseline, metrics, table = summarize(outcome.results, baseline, metrics)
+    outcome.table = (baseline, metrics, table)
     console.print(format_compare_table(baseline, metrics, table))
-    outcome.threshold_outcomes = evaluate_thresholds(outcome.results, scenario.file.thresholds)
+    thresholds = [t for t in scenario.file.thresholds if not only or _names_only(t, variants)]
+    outcome.threshold_outcomes = evaluate_thresholds(outcome.results, thresholds)
     if outcome.threshold_outcomes:
         console.print(format_threshold_table(outcome.threshold_outcomes))
         failed = sum(not o.passed for o in outcome.threshold_outcomes)
@@ -210,9 +274,60 @@ def run_scenario(
         for err in outcome.invariant_errors[:20]:
             console.print(f"  {err}", markup=False)
     if report.plots and outcome.out_dir is not None:
-        steps = {v: outcome.runs[(v, 0)].steps for v in scenario.variant_names}
-        records = {v: outcome.runs[(v, 0)].requests for v in scenario.variant_names}
+        from .html_report import write_html_report
+
         plot_dir = outcome.out_dir / "plots"
-        outcome.plots = plot_step_timeseries(steps, plot_dir) + plot_latency_cdfs(records, plot_dir)
-        console.print(f"results and plots in {outcome.out_dir}")
+        outcome.plots = plot_scenario(outcome.runs, variants, baseline, plot_dir, outage_windows(scenario, variants))
+        outcome.report = write_html_report(outcome, scenario, variants, provenance)
+        console.print(f"results, plots and report in {outcome.out_dir} (open {outcome.report.name})")
+    elif outcome.out_dir is not None:
+        console.print(f"results in {outcome.out_dir}")
     return outcome
+
+
+def table_metrics(metrics: list[str]) -> list[str]:
+    """The scenario's table rows, with the request counts always first: a
+    run whose requests failed must not look fine."""
+    return ["completed", "failed", *[m for m in metrics if m not in ("completed", "failed")]]
+
+
+def _names_only(threshold: str, variants: list[str]) -> bool:
+    from .compare import parse_threshold
+    from .scenario import _refs
+
+    return all(ref.variant in variants for ref in _refs(parse_threshold(threshold)))
+
+
+def scenario_config(scenario: Scenario, variant: str, runtime: str) -> dict:
+    """What a results JSON needs to re-run its scenario exactly: the resolved
+    document (after --set), where it came from (relative trace paths resolve
+    against it), the overrides and this variant's settings."""
+    config = {
+        "source": str(Path(scenario.source).resolve()),
+        "document": scenario.raw,
+        "overrides": scenario.overrides,
+        "variant_set": scenario.variant(variant).set,
+        "runtime": runtime,
+        "resolved_cluster": scenario.cluster(variant).model_dump(mode="json"),
+    }
+    if scenario.file.trace is not None:
+        config["trace_sha256"] = file_sha256(scenario.trace_path())
+    return config
+
+
+def file_sha256(path: Path) -> str | None:
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def outage_windows(scenario: Scenario, variants: list[str]) -> dict[str, list[tuple[float, float]]]:
+    """Per variant, every link outage window (run seconds), for shading plots."""
+    out = {}
+    for v in variants:
+        links = scenario.cluster(v).links
+        out[v] = [w for link in (links.kv, links.proxy, links.stage) for w in link.outages]
+    return out

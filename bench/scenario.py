@@ -24,19 +24,22 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from cluster.spec import ClusterSpec
+from cluster.spec import MAX_RUN_S, MAX_SEED, ClusterSpec
 from engine.records import WorkloadRequest
 
 from .compare import Ref, ThresholdError, parse_threshold
+from .errors import InputError, did_you_mean, format_validation_error, one_line
 from .traces import TraceError, load_trace
-from .workloads import WorkloadSpecError, generate_workload, parse_workload_spec
-from .workloads.spec import format_validation_error
+from .workloads import generate_workload
+from .workloads.spec import MAX_REQUESTS, WorkloadSpec
+from .yaml_source import find_control_characters, line_of, load_yaml_with_lines
 
 # Ready scenarios ship in the repository's scenarios/ folder.
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "scenarios"
@@ -49,52 +52,128 @@ DEFAULT_METRICS = [
     "p99_ttft_ms",
     "output_throughput",
 ]
+# A scenario name becomes a directory under results/ and part of every file
+# name: a plain name only (no path separators, no leading dot).
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+# Variant names also appear in thresholds (`metric[variant]`) and file names;
+# `+` joins matrix labels.
+VARIANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$"
+LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+MAX_VARIANTS = 1000
+MAX_REPEATS = 1000
+MAX_THRESHOLDS = 1000
+MAX_SCENARIO_BYTES = 4 * 2**20
 
 
-class ScenarioError(ValueError):
+class ScenarioError(InputError):
     """A scenario that does not load; the message says where and why."""
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class TraceSource(_Strict):
-    path: str
+    """Replay a recorded trace instead of a synthetic workload (bench/traces.py)."""
+
+    # Relative to the scenario file.
+    path: str = Field(min_length=1, max_length=4096)
     format: Literal["auto", "mooncake", "csv"] = "auto"
-    time_scale: float = Field(1.0, gt=0)
-    max_requests: int | None = Field(None, ge=1)
-    max_concurrency: int | None = Field(None, ge=1)
+    # Multiplies every arrival time: 0.5 replays twice as fast.
+    time_scale: float = Field(1.0, gt=0, le=1e6)
+    max_requests: int | None = Field(None, ge=1, le=MAX_REQUESTS)
+    max_concurrency: int | None = Field(None, ge=1, le=MAX_REQUESTS)
 
 
 class Variant(_Strict):
-    name: str = Field(min_length=1)
+    name: str = Field(pattern=VARIANT_PATTERN)
+    # Dotted keys into this document, e.g. {cluster.decode.engine.preemption_guard: fixed}.
     set: dict[str, Any] = Field(default_factory=dict)
 
 
+class Fault(_Strict):
+    """Kill a node at a run time (run seconds: virtual in-process, wall on Ray)."""
+
+    kill: str = Field(min_length=1, max_length=100)
+    at: float = Field(ge=0, le=MAX_RUN_S)
+
+
+class Chaos(_Strict):
+    """Seeded random faults over a run (cluster/chaos.py): in-process every
+    kind; on Ray the kills (the other kinds are in-process only)."""
+
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    # Faults fall in [start_s, end_s) run seconds.
+    start_s: float = Field(0.0, ge=0, le=MAX_RUN_S)
+    end_s: float = Field(5.0, gt=0, le=MAX_RUN_S)
+    kills: int = Field(1, ge=0, le=100)
+    partitions: int = Field(2, ge=0, le=1000)
+    loss_bursts: int = Field(2, ge=0, le=1000)
+    slow_stages: int = Field(2, ge=0, le=1000)
+    max_fault_s: float = Field(1.0, gt=0, le=3600)
+    burst_loss: float = Field(0.5, gt=0, le=1)
+    slow_factor: float = Field(4.0, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _window(self) -> Chaos:
+        if self.end_s <= self.start_s:
+            raise ValueError(f"end_s={self.end_s:g} is invalid; allowed: > start_s ({self.start_s:g})")
+        return self
+
+
 class Report(_Strict):
+    # The variant others are compared with (paired ratios); default: the first.
     baseline: str | None = None
-    metrics: list[str] = Field(default_factory=lambda: list(DEFAULT_METRICS))
-    percentiles: list[float] = Field(default_factory=lambda: [50.0, 90.0, 99.0])
+    # The table's rows; `completed` and `failed` are always shown.
+    metrics: list[str] = Field(default_factory=lambda: list(DEFAULT_METRICS), max_length=200)
+    # Latency percentiles computed for TTFT, TPOT, ITL, E2EL (keys p<P>_<metric>_ms).
+    percentiles: list[float] = Field(default_factory=lambda: [50.0, 90.0, 99.0], min_length=1, max_length=20)
+    # PNG plots and report.html in the results directory.
     plots: bool = True
+    # Per-request detail (latencies, finish reason) in every results JSON.
     include_requests: bool = False
+
+    @field_validator("percentiles")
+    @classmethod
+    def _percentiles(cls, v: list[float]) -> list[float]:
+        for p in v:
+            if not 0 < p <= 100:
+                raise ValueError(f"percentile {p:g} is invalid; allowed: 0 < p <= 100")
+        if len(set(v)) != len(v):
+            raise ValueError(f"percentiles {v} repeat a value; allowed: distinct values")
+        return v
 
 
 class ScenarioFile(_Strict):
-    name: str = Field(min_length=1)
-    description: str = ""
+    # A plain name: the results directory is results/<name>-<time>.
+    name: str = Field(pattern=NAME_PATTERN)
+    # Printed before the run; its first line is listed by `disagg-sim scenarios`.
+    description: str = Field("", max_length=20_000)
+    # inproc: one process, virtual clock, deterministic; ray: Ray actors, wall clock, gRPC.
     runtime: Literal["inproc", "ray"] = "inproc"
+    # The topology and settings (see Cluster below).
     cluster: dict[str, Any] = Field(default_factory=dict)
+    # A synthetic workload (see Synthetic workload); exactly one of workload / trace.
     workload: dict[str, Any] | None = None
+    # A recorded trace to replay (see Trace replay); exactly one of workload / trace.
     trace: TraceSource | None = None
-    variants: list[Variant] | None = None
-    matrix: dict[str, dict[str, dict[str, Any]]] | None = None
-    repeats: int = Field(1, ge=1)
-    seed: int = 0
-    thresholds: list[str] = Field(default_factory=list)
+    # Variants compared side by side, each a name and the settings it changes; default: one variant "default".
+    variants: list[Variant] | None = Field(None, min_length=1, max_length=MAX_VARIANTS)
+    # Or crossed axes: {axis: {label: {dotted.key: value}}}; names join with "+"; at most 1,000 variants.
+    matrix: dict[str, dict[str, dict[str, Any]]] | None = Field(None, min_length=1)
+    # Runs per variant; the table shows mean ± std over them.
+    repeats: int = Field(1, ge=1, le=MAX_REPEATS)
+    # Repeat r runs with seed + r (workload, sampler and link streams).
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    # Expressions like "num_preemptions[prefix] / num_preemptions[fixed] >= 5" (bench/compare.py);
+    # any failing one makes `run` exit 1.
+    thresholds: list[str] = Field(default_factory=list, max_length=MAX_THRESHOLDS)
+    # What the table, plots and results files show (see Report).
     report: Report = Field(default_factory=Report)
-    # Fault injection, each {kill: node-name, at: seconds}.
-    faults: list[dict[str, Any]] = Field(default_factory=list)
+    # Fault injection: [{kill: decode-0, at: 2.5}, ...].
+    faults: list[Fault] = Field(default_factory=list, max_length=1000)
+    # Seeded random faults (see Chaos); the results carry the chaos report.
+    chaos: Chaos | None = None
 
     @model_validator(mode="after")
     def _one_workload_source(self) -> ScenarioFile:
@@ -102,6 +181,8 @@ class ScenarioFile(_Strict):
             raise ValueError("give exactly one of 'workload' (synthetic) or 'trace' (replay)")
         if self.variants is not None and self.matrix is not None:
             raise ValueError("give 'variants' (a list) or 'matrix' (crossed axes), not both")
+        if self.seed + self.repeats - 1 > MAX_SEED:
+            raise ValueError(f"seed + repeats - 1 = {self.seed + self.repeats - 1} is invalid; allowed: <= {MAX_SEED}")
         return self
 
     @field_validator("variants")
@@ -114,43 +195,111 @@ class ScenarioFile(_Strict):
                 raise ValueError(f"variant names must be unique; repeated: {sorted(dup)}")
         return v
 
+    @field_validator("matrix")
+    @classmethod
+    def _matrix_labels(cls, v):
+        if v is None:
+            return v
+        import re
+
+        size = 1
+        for axis, labels in v.items():
+            for word in (axis, *labels):
+                if not re.match(LABEL_PATTERN, str(word)):
+                    raise ValueError(
+                        f"matrix name {word!r} is invalid; allowed: letters, digits, '.', '_', '-' "
+                        "(labels join with '+' into variant names)"
+                    )
+            if not labels:
+                raise ValueError(f"matrix.{axis} has no values")
+            size *= len(labels)
+        if size > MAX_VARIANTS:
+            raise ValueError(
+                f"the matrix expands to {size:,} variants; allowed: at most {MAX_VARIANTS} "
+                f"({' x '.join(str(len(x)) for x in v.values())})"
+            )
+        return v
+
 
 class Scenario:
-    """A loaded, fully validated scenario."""
+    """A loaded, fully validated scenario.
 
-    def __init__(self, raw: dict, source: str) -> None:
+    `raw` is the document as written (after `--set` overrides); `lines` maps
+    its keys to lines of the file, for `file:line` in errors; `overrides` are
+    the `--set` values applied, with `origins` naming the flag of each.
+    """
+
+    def __init__(
+        self,
+        raw: dict,
+        source: str,
+        lines: dict | None = None,
+        overrides: dict[str, Any] | None = None,
+        origins: dict[str, str] | None = None,
+    ) -> None:
         self.source = source
+        self.lines = lines or {}
+        self.overrides = dict(overrides or {})
+        self.origins = dict(origins or {})
+        bad = find_control_characters(raw)
+        if bad is not None:
+            path, char = bad
+            raise ScenarioError(
+                f"{self._where(path)}: {_dotted(path) or '(top level)'} holds the control character {char!r}; "
+                "allowed: printable text"
+            )
         try:
             self.file = ScenarioFile.model_validate(raw)
         except ValidationError as exc:
-            raise ScenarioError(format_validation_error(exc, ScenarioFile, f"scenario {source}")) from None
+            raise ScenarioError(format_validation_error(exc, ScenarioFile, source, locate=self._where)) from None
         self.raw = raw
         self.name = self.file.name
         self.variants = self._expand_variants()
+        self._check_overrides_vs_variants()
         # Validate every variant's cluster and workload now, not mid-run.
         self._clusters = {v.name: self._cluster_for(v) for v in self.variants}
-        for v in self.variants:
-            self._workload_spec_for(v)
+        self._workload_specs = {v.name: self._workload_spec_for(v) for v in self.variants}
+        self._trace_cache: list[WorkloadRequest] | None = None
+        self._check_faults()
+        self._check_capacity()
+        self._check_prompts_fit()
+        self._check_report()
         self._check_thresholds()
-        if self.file.report.baseline and self.file.report.baseline not in self._clusters:
-            raise ScenarioError(
-                f"scenario {source}: report.baseline={self.file.report.baseline!r} is not a variant; "
-                f"allowed: {sorted(self._clusters)}"
-            )
 
-    def _check_thresholds(self) -> None:
-        """Thresholds parse, and every variant they name exists."""
-        for text in self.file.thresholds:
-            try:
-                tree = parse_threshold(text)
-            except ThresholdError as exc:
-                raise ScenarioError(f"scenario {self.source}: thresholds: {exc}") from None
-            for ref in _refs(tree):
-                if ref.variant not in self._clusters:
-                    raise ScenarioError(
-                        f"scenario {self.source}: threshold {text!r} names variant {ref.variant!r}; "
-                        f"allowed: {sorted(self._clusters)}"
-                    )
+    # -- where an error points ------------------------------------------------------
+    def _where(self, path: tuple, variant: Variant | None = None) -> str:
+        """`file:line` of a document path; a `--set` or a variant's `set` entry when one wrote it."""
+        dotted = _dotted(path)
+
+        def hits(key: str) -> bool:
+            return bool(dotted) and (dotted == key or dotted.startswith(key + ".") or key.startswith(dotted + "."))
+
+        if variant is not None:
+            for key in variant.set:
+                if hits(key):
+                    origin = self._variant_origin(variant, key)
+                    return f"{origin} (variant {variant.name!r})"
+        for key in self.overrides:
+            if hits(key):
+                return f"{self.origins.get(key, '--set ' + key)}"
+        line = line_of(self.lines, tuple(path))
+        return f"{self.source}:{line}" if line else self.source
+
+    def _variant_origin(self, variant: Variant, key: str) -> str:
+        f = self.file
+        if f.variants:
+            i = next(i for i, v in enumerate(f.variants) if v.name == variant.name)
+            line = line_of(self.lines, ("variants", i, "set", key))
+        else:
+            line = None
+            for axis, labels in (f.matrix or {}).items():
+                for label, sets in labels.items():
+                    if key in sets and label in variant.name.split("+"):
+                        line = line_of(self.lines, ("matrix", axis, label, key))
+        return f"{self.source}:{line}" if line else self.source
+
+    def _fail(self, path: tuple, message: str, variant: Variant | None = None) -> ScenarioError:
+        return ScenarioError(one_line(f"{self._where(path, variant)}: {message}"))
 
     # -- variants --------------------------------------------------------------
     def _expand_variants(self) -> list[Variant]:
@@ -159,9 +308,6 @@ class Scenario:
             return list(f.variants)
         if f.matrix:
             axes = [[(label, sets) for label, sets in axis.items()] for axis in f.matrix.values()]
-            for name, axis in zip(f.matrix, axes):
-                if not axis:
-                    raise ScenarioError(f"scenario {self.source}: matrix.{name} has no values")
             out = []
             for combo in itertools.product(*axes):
                 merged: dict[str, Any] = {}
@@ -171,10 +317,22 @@ class Scenario:
             return out
         return [Variant(name="default")]
 
+    def _check_overrides_vs_variants(self) -> None:
+        """A `--set` that a variant sets too would be silently overridden by the variant: refuse it."""
+        for key in self.overrides:
+            for v in self.variants:
+                for vkey in v.set:
+                    if vkey == key or vkey.startswith(key + ".") or key.startswith(vkey + "."):
+                        raise ScenarioError(
+                            f"{self.origins.get(key, '--set ' + key)}: {key} is also set by variant {v.name!r} "
+                            f"({self._variant_origin(v, vkey)}: {vkey}), which would override it; allowed: --set "
+                            "keys no variant sets (edit the variants, or copy the scenario)"
+                        )
+
     def _variant_raw(self, variant: Variant) -> dict:
         raw = copy.deepcopy(self.raw)
         for key, value in variant.set.items():
-            set_dotted(raw, key, value, where=f"variant {variant.name!r}")
+            set_dotted(raw, key, value, where=self._where(tuple(key.split(".")), variant))
         return raw
 
     def _cluster_for(self, variant: Variant) -> ClusterSpec:
@@ -183,46 +341,188 @@ class Scenario:
             return ClusterSpec.model_validate(raw.get("cluster") or {})
         except ValidationError as exc:
             raise ScenarioError(
-                format_validation_error(exc, ClusterSpec, f"scenario {self.source}, variant {variant.name!r}: cluster")
+                format_validation_error(
+                    exc, ClusterSpec, self.source, locate=lambda p: self._where(p, variant), prefix=("cluster",)
+                )
             ) from None
 
-    def _workload_spec_for(self, variant: Variant):
+    def _workload_spec_for(self, variant: Variant) -> WorkloadSpec | None:
         raw = self._variant_raw(variant)
         if raw.get("workload") is None:
             return None
         try:
-            return parse_workload_spec(
-                raw["workload"], where=f"scenario {self.source}, variant {variant.name!r}: workload"
-            )
-        except WorkloadSpecError as exc:
-            raise ScenarioError(str(exc)) from None
+            return WorkloadSpec.model_validate(raw["workload"])
+        except ValidationError as exc:
+            raise ScenarioError(
+                format_validation_error(
+                    exc, WorkloadSpec, self.source, locate=lambda p: self._where(p, variant), prefix=("workload",)
+                )
+            ) from None
 
+    # -- checks that need the whole scenario ----------------------------------------------
+    def _check_faults(self) -> None:
+        for i, fault in enumerate(self.file.faults):
+            for v in self.variants:
+                names = [ns.name for _, ns, _ in self._clusters[v.name].node_specs()]
+                if fault.kill not in names:
+                    raise self._fail(
+                        ("faults", i, "kill"),
+                        f"faults[{i}].kill={fault.kill!r} names no node of variant {v.name!r}"
+                        f"{did_you_mean(fault.kill, names)}; allowed: {', '.join(names)}",
+                    )
+
+    def _check_capacity(self) -> None:
+        """vLLM's start-up check: a node's KV pool holds at least one max_model_len request."""
+        for v in self.variants:
+            spec = self._clusters[v.name]
+            for role, group in (("prefill", spec.prefill), ("decode", spec.decode)):
+                e = group.engine
+                if not group.count:
+                    continue
+                needed = -(-e.max_model_len // e.block_size)
+                if e.num_gpu_blocks < needed:
+                    raise self._fail(
+                        ("cluster", role, "engine", "num_gpu_blocks"),
+                        f"cluster.{role}.engine: num_gpu_blocks={e.num_gpu_blocks} x block_size={e.block_size} "
+                        f"holds {e.num_gpu_blocks * e.block_size} tokens, less than one max_model_len="
+                        f"{e.max_model_len} request (variant {v.name!r}); allowed: num_gpu_blocks >= {needed}, or "
+                        f"max_model_len <= {e.num_gpu_blocks * e.block_size} (vLLM refuses to start such an engine)",
+                        v,
+                    )
+
+    def _check_prompts_fit(self) -> None:
+        """Every prompt fits the serving nodes' max_model_len (vLLM rejects longer prompts)."""
+        checked: set[tuple] = set()
+        for v in self.variants:
+            spec = self._clusters[v.name]
+            limits = [(r, g.engine.max_model_len) for r, g in (("prefill", spec.prefill), ("decode", spec.decode))]
+            role, limit = min(((r, m) for r, m in limits if (spec.prefill.count or r == "decode")), key=lambda x: x[1])
+            wspec = self._workload_specs[v.name]
+            if wspec is not None and _static_max(wspec.prompt_len) <= limit:
+                continue
+            for repeat in range(self.file.repeats):
+                seed = self.file.seed + repeat
+                key = (wspec.model_dump_json() if wspec is not None else "trace", seed if wspec else 0, limit)
+                if key in checked:
+                    continue
+                checked.add(key)
+                requests, _ = self.workload(v.name, seed)
+                over = [w.prompt_len for w in requests if w.prompt_len > limit]
+                if over:
+                    what = "workload.prompt_len" if wspec is not None else "trace"
+                    raise self._fail(
+                        ("workload", "prompt_len") if wspec is not None else ("trace", "path"),
+                        f"{what}: {len(over)} of {len(requests)} prompts (variant {v.name!r}, seed {seed}) are longer "
+                        f"than cluster.{role}.engine.max_model_len={limit} (the longest: {max(over)} tokens); allowed: "
+                        "prompts <= max_model_len (vLLM rejects longer ones) - cap the lengths (e.g. prompt_len.max) "
+                        "or raise max_model_len",
+                        v,
+                    )
+
+    def _check_report(self) -> None:
+        report = self.file.report
+        if report.baseline is not None and report.baseline not in self._clusters:
+            raise self._fail(
+                ("report", "baseline"),
+                f"report.baseline={report.baseline!r} is not a variant{did_you_mean(report.baseline, self._clusters)}; "
+                f"allowed: {', '.join(self._clusters)}",
+            )
+        known = self.known_metrics()
+        for i, metric in enumerate(report.metrics):
+            if metric not in known:
+                raise self._fail(
+                    ("report", "metrics", i),
+                    f"report.metrics[{i}]={metric!r} is not a metric of this scenario's results"
+                    f"{did_you_mean(metric, known)} (`disagg-sim schema --metrics` lists them)",
+                )
+
+    def _check_thresholds(self) -> None:
+        """Thresholds parse, and every metric and variant they name exists."""
+        known = None
+        for i, text in enumerate(self.file.thresholds):
+            where = ("thresholds", i)
+            try:
+                tree = parse_threshold(text)
+            except ThresholdError as exc:
+                raise self._fail(where, f"thresholds[{i}]: {exc}") from None
+            for ref in _refs(tree):
+                if ref.variant not in self._clusters:
+                    raise self._fail(
+                        where,
+                        f"threshold {text!r} names variant {ref.variant!r}{did_you_mean(ref.variant, self._clusters)}; "
+                        f"allowed: {', '.join(self._clusters)}",
+                    )
+                known = known if known is not None else self.known_metrics()
+                if ref.metric not in known:
+                    raise self._fail(
+                        where,
+                        f"threshold {text!r} names metric {ref.metric!r}, which this scenario's results do not have"
+                        f"{did_you_mean(ref.metric, known)} (`disagg-sim schema --metrics` lists them)",
+                    )
+
+    def known_metrics(self) -> set[str]:
+        """Every metric name this scenario's results will carry."""
+        if getattr(self, "_known", None) is None:
+            from .metric_names import known_metric_names
+
+            self._known = known_metric_names(self._clusters.values(), self.file.report.percentiles)
+        return self._known
+
+    # -- what the runner uses ---------------------------------------------------------
     def cluster(self, variant: str) -> ClusterSpec:
         return self._clusters[variant]
 
+    def variant(self, name: str) -> Variant:
+        return next(x for x in self.variants if x.name == name)
+
     def workload(self, variant: str, seed: int) -> tuple[list[WorkloadRequest], int | None]:
-        v = next(x for x in self.variants if x.name == variant)
-        spec = self._workload_spec_for(v)
+        spec = self._workload_specs[variant]
         if spec is not None:
             return generate_workload(spec, seed=seed), spec.max_concurrency
         t = self.file.trace
+        assert t is not None  # one of workload / trace, checked at load
+        if self._trace_cache is None:
+            try:
+                self._trace_cache = load_trace(self.trace_path(), t.format, t.time_scale, t.max_requests)
+            except TraceError as exc:
+                raise self._fail(("trace", "path"), f"trace: {exc}") from None
+        return list(self._trace_cache), t.max_concurrency
+
+    def trace_path(self) -> Path:
+        t = self.file.trace
+        assert t is not None
         path = Path(t.path)
-        if not path.is_absolute():
-            path = Path(self.source).parent / path
-        try:
-            return load_trace(path, t.format, t.time_scale, t.max_requests), t.max_concurrency
-        except TraceError as exc:
-            raise ScenarioError(f"scenario {self.source}: trace: {exc}") from None
+        return path if path.is_absolute() else Path(self.source).parent / path
 
     @property
     def variant_names(self) -> list[str]:
         return [v.name for v in self.variants]
 
-    def with_overrides(self, overrides: dict[str, Any]) -> Scenario:
+    def with_overrides(self, overrides: dict[str, Any], origins: dict[str, str] | None = None) -> Scenario:
+        """The scenario with dotted-key overrides applied (`--set`; `origins` names the flag of each)."""
+        origins = {**self.origins, **(origins or {})}
         raw = copy.deepcopy(self.raw)
         for key, value in overrides.items():
-            set_dotted(raw, key, value, where="--set")
-        return Scenario(raw, self.source)
+            set_dotted(raw, key, value, where=origins.get(key, f"--set {key}"))
+        return Scenario(raw, self.source, self.lines, {**self.overrides, **overrides}, origins)
+
+
+def _static_max(spec: Any) -> float:
+    """The longest length a distribution can draw, or inf when it is unbounded."""
+    kind = spec.kind
+    top = {"fixed": lambda: spec.value, "uniform": lambda: spec.high, "sharegpt_like": lambda: 1024}.get(kind)
+    bound = float(top()) if top is not None else math.inf
+    if kind == "empirical":
+        from .workloads.lengths import load_empirical_cdf
+
+        bound = float(max(load_empirical_cdf(spec.path)[0]))
+    if spec.max is not None:
+        bound = min(bound, float(spec.max))
+    return max(bound, float(spec.min))
+
+
+def _dotted(path: tuple) -> str:
+    return ".".join(str(p) for p in path)
 
 
 def _refs(tree):
@@ -237,7 +537,7 @@ def _refs(tree):
 def set_dotted(raw: dict, key: str, value: Any, where: str) -> None:
     """Set `a.b.c` in nested dicts, creating levels as needed."""
     parts = key.split(".")
-    if not all(parts):
+    if not isinstance(key, str) or not all(parts):
         raise ScenarioError(f"{where}: {key!r} is not a dotted path like cluster.decode.engine.num_gpu_blocks")
     node = raw
     for p in parts[:-1]:
@@ -252,23 +552,42 @@ def set_dotted(raw: dict, key: str, value: Any, where: str) -> None:
 
 def load_scenario(path: str | Path) -> Scenario:
     """Load a scenario file, or a built-in one by name (e.g. `cascade`)."""
+    text_path = str(path)
+    if "\x00" in text_path:
+        raise ScenarioError(
+            f"scenario {text_path!r}: the path holds a NUL byte; allowed: a file path or a built-in name"
+        )
     p = Path(path)
     if not p.exists():
         builtin = BUILTIN_DIR / f"{path}.yaml"
-        if builtin.exists():
+        if "/" not in text_path and builtin.exists():
             p = builtin
         else:
-            names = sorted(x.stem for x in BUILTIN_DIR.glob("*.yaml"))
+            names = builtin_scenarios()
             raise ScenarioError(
-                f"scenario {str(path)!r} not found: not a file, and not a built-in ({', '.join(names)})"
+                f"scenario {text_path!r} not found: not a file, and not a built-in"
+                f"{did_you_mean(text_path, names)} (built-ins: {', '.join(names)})"
             )
+    if p.is_dir():
+        raise ScenarioError(f"scenario {p}: is a directory; allowed: a scenario file (.yaml) or a built-in name")
     try:
-        raw = yaml.safe_load(p.read_text())
+        if p.stat().st_size > MAX_SCENARIO_BYTES:
+            raise ScenarioError(f"scenario {p}: larger than {MAX_SCENARIO_BYTES // 2**20} MiB; allowed: a smaller file")
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"scenario {p}: not a text file (byte {exc.start} is not UTF-8)") from None
+    except OSError as exc:
+        raise ScenarioError(f"scenario {p}: cannot read ({exc.strerror or exc})") from None
+    try:
+        raw, lines = load_yaml_with_lines(text)
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"scenario {p}: not valid YAML: {exc}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError(one_line(f"{where}: not valid YAML: {problem}")) from None
     if not isinstance(raw, dict):
-        raise ScenarioError(f"scenario {p}: the top level must be a mapping, got {type(raw).__name__}")
-    return Scenario(raw, str(p))
+        raise ScenarioError(f"{p}: the top level must be a mapping (name: ..., cluster: ...), got {type(raw).__name__}")
+    return Scenario(raw, str(p), lines)
 
 
 def builtin_scenarios() -> list[str]:

@@ -5,7 +5,10 @@ Two formats:
 * Mooncake JSONL (as published with the Mooncake paper's traces): one JSON
   object per line with `timestamp` (milliseconds since trace start, int),
   `input_length` (prompt tokens), `output_length` (output tokens) and
-  optionally `hash_ids` (ids of the prompt's prefix blocks). Other keys are
+  optionally `hash_ids` (ids of the prompt's blocks of 512 tokens, the
+  trace's block size: equal ids mean equal content). They become the prompt's
+  content (`engine/prompt.py`: one segment per hash id), so prefix caching
+  hits exactly where the trace says prompts share blocks. Other keys are
   ignored; blank lines are skipped.
 * CSV with a header row. Required columns: `arrival_time` (seconds, float),
   `prompt_len`, `output_len` (ints >= 1). Optional: `request_id`, `priority`
@@ -25,6 +28,10 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
+from bench.errors import InputError
+from bench.workloads.lengths import MAX_LENGTH
+from bench.workloads.spec import MAX_REQUESTS
+from engine.prompt import segment_key
 from engine.records import WorkloadRequest
 
 CSV_REQUIRED_COLUMNS = ("arrival_time", "prompt_len", "output_len")
@@ -32,7 +39,7 @@ CSV_OPTIONAL_COLUMNS = ("request_id", "priority")
 MOONCAKE_REQUIRED_KEYS = ("timestamp", "input_length", "output_length")
 
 
-class TraceError(ValueError):
+class TraceError(InputError):
     pass
 
 
@@ -57,14 +64,27 @@ def load_trace(
             format = "csv"
         else:
             raise TraceError(f"{path}: cannot infer trace format from suffix {suffix!r}; use 'mooncake' or 'csv'")
+    if path.is_dir():
+        raise TraceError(f"{path}: is a directory; expected a trace file (.jsonl or .csv)")
     if not path.is_file():
         raise TraceError(f"{path}: trace file not found")
-    if format == "mooncake":
-        requests = _read_mooncake(path, time_scale, max_requests, request_id_prefix)
-    elif format == "csv":
-        requests = _read_csv(path, time_scale, max_requests, request_id_prefix)
-    else:
-        raise TraceError(f"unknown trace format {format!r}; allowed: 'mooncake', 'csv', 'auto'")
+    # Without max_requests a trace is read to MAX_REQUESTS + 1 so an oversized one is refused, not loaded.
+    limit = max_requests if max_requests is not None else MAX_REQUESTS + 1
+    try:
+        if format == "mooncake":
+            requests = _read_mooncake(path, time_scale, limit, request_id_prefix)
+        elif format == "csv":
+            requests = _read_csv(path, time_scale, limit, request_id_prefix)
+        else:
+            raise TraceError(f"unknown trace format {format!r}; allowed: 'mooncake', 'csv', 'auto'")
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not a text file (byte {exc.start} is not UTF-8)") from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(requests) > MAX_REQUESTS:
+        raise TraceError(
+            f"{path}: more than {MAX_REQUESTS:,} requests; allowed: at most {MAX_REQUESTS:,} (set max_requests)"
+        )
     if not requests:
         raise TraceError(f"{path}: trace has no requests")
     return sorted(requests, key=lambda r: r.arrival_time)
@@ -103,9 +123,32 @@ def _read_mooncake(path: Path, time_scale: float, max_requests: int | None, pref
                     prompt_len=prompt_len,
                     output_len=output_len,
                     hash_ids=tuple(hash_ids),
+                    prompt_segments=hash_id_segments(hash_ids, prompt_len, f"{prefix}{len(out)}"),
                 )
             )
     return out
+
+
+# Tokens per hash id in the Mooncake traces.
+MOONCAKE_BLOCK_TOKENS = 512
+
+
+def hash_id_segments(
+    hash_ids: list[int], prompt_len: int, request_id: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS
+) -> tuple[tuple[int, int], ...]:
+    """The prompt as one segment per hash id (the same id, the same tokens);
+    tokens past the listed ids are the request's own."""
+    segments = []
+    pos = 0
+    for hid in hash_ids:
+        if pos >= prompt_len:
+            break
+        n = min(block_tokens, prompt_len - pos)
+        segments.append((segment_key(f"mooncake-block/{hid}"), n))
+        pos += n
+    if pos < prompt_len:
+        segments.append((segment_key(f"own/{request_id}"), prompt_len - pos))
+    return tuple(segments)
 
 
 def _read_csv(path: Path, time_scale: float, max_requests: int | None, prefix: str) -> list[WorkloadRequest]:
@@ -184,6 +227,6 @@ def _number(v: Any, name: str, where: str, minimum: float) -> float:
 def _positive_int(v: Any, name: str, where: str) -> int:
     if not _is_int(v):
         raise TraceError(f"{where}: {name} must be an integer, got {v!r}")
-    if v < 1:
-        raise TraceError(f"{where}: {name} must be >= 1, got {v}")
+    if not 1 <= v <= MAX_LENGTH:
+        raise TraceError(f"{where}: {name} must be an integer in [1, {MAX_LENGTH:,}], got {v}")
     return v

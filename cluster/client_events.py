@@ -18,6 +18,7 @@ class Submission(NamedTuple):
     prompt_len: int
     output_len: int
     priority: int = 0
+    prompt_segments: tuple[tuple[int, int], ...] = ()
 
 
 class Arrived(NamedTuple):

@@ -4,15 +4,17 @@ with errors that name the field and the allowed values."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from connector.link import LinkSpec
 from connector.pull_policy import KVFaultPolicy
+from engine.block_hash import prompt_block_hashes
 from engine.config import CacheConfig, SchedulerConfig
 from engine.cost_model import COST_MODELS, CostModel, get_cost_model
 from engine.node_core import NodeSpec
+from engine.prompt import PromptTokens
 from engine.v0.config import SchedulerConfig as V0SchedulerConfig
 from node.settings import NodeSettings
 
@@ -28,19 +30,37 @@ V1_ONLY_SETTINGS = {
 }
 
 
+# Upper bounds on sizes and times. They are far above anything a simulation
+# of one serving cluster needs and low enough that a typo (an extra few zeros,
+# `1e12`, `inf`) is refused at load instead of exhausting memory or stalling
+# the event queue mid-run.
+MAX_BLOCKS = 1_000_000  # KV blocks per node (an 80 GB GPU holds ~30k 16-token blocks of an 8B model)
+MAX_TOKENS = 10_000_000  # max_model_len, token budgets, thresholds
+MAX_SEQS = 65_536
+MAX_NODES = 64  # per node group
+MAX_PP = 64
+MAX_LINK_MS = 600_000.0  # ten minutes of one-way delay or jitter
+MIN_BANDWIDTH_MBPS = 0.001  # 1 kB/s; slower would make one block take hours
+MAX_BANDWIDTH_MBPS = 1e9
+MAX_RUN_S = 86_400.0  # a day of run time for timeouts, deadlines, holds
+MAX_SEED = 2**32 - 1  # numpy's SeedSequence and the link seeds take non-negative ints
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # allow_inf_nan=False: an infinite or NaN number is never a usable setting
+    # (NaN corrupts the event queue's ordering; inf never fires).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class EngineSettings(_Strict):
     engine: Literal["v1", "v0"] = "v1"
-    num_gpu_blocks: int = Field(1024, ge=2)
-    block_size: int = Field(16, ge=1)
-    max_num_seqs: int = Field(128, ge=1)
-    max_num_batched_tokens: int = Field(8192, ge=1)
-    max_model_len: int = Field(8192, ge=1)
+    num_gpu_blocks: int = Field(1024, ge=2, le=MAX_BLOCKS)
+    block_size: int = Field(16, ge=1, le=1024)
+    max_num_seqs: int = Field(128, ge=1, le=MAX_SEQS)
+    max_num_batched_tokens: int = Field(8192, ge=1, le=MAX_TOKENS)
+    max_model_len: int = Field(8192, ge=1, le=MAX_TOKENS)
     enable_chunked_prefill: bool = True
-    long_prefill_token_threshold: int = Field(0, ge=0)
+    long_prefill_token_threshold: int = Field(0, ge=0, le=MAX_TOKENS)
     policy: Literal["fcfs", "priority"] = "fcfs"
     async_scheduling: bool = False
     preemption_guard: Literal["fixed", "prefix"] = "fixed"
@@ -49,9 +69,12 @@ class EngineSettings(_Strict):
     watermark: float = Field(0.0, ge=0.0, lt=1.0)
     scheduler_reserve_full_isl: bool = True
     kv_load_failure_policy: Literal["recompute", "fail"] = "recompute"
+    # Automatic prefix caching, on by default as in vLLM 0.33.0 (v1 only:
+    # the v0 engine models 0.5.3 with caching off, its default).
+    enable_prefix_caching: bool = True
     # v0 only: CPU swap space in blocks and the preemption mode ("auto" is
     # vLLM 0.5.3's: recompute for one-sequence requests, which all of ours are).
-    num_cpu_blocks: int = Field(0, ge=0)
+    num_cpu_blocks: int = Field(0, ge=0, le=MAX_BLOCKS)
     preemption_mode: Literal["auto", "recompute", "swap"] = "auto"
 
     @model_validator(mode="after")
@@ -107,18 +130,33 @@ class EngineSettings(_Strict):
 
 
 class NodeGroup(_Strict):
-    count: int = Field(1, ge=0)
-    pp_size: int = Field(1, ge=1)
+    count: int = Field(1, ge=0, le=MAX_NODES)
+    pp_size: int = Field(1, ge=1, le=MAX_PP)
     engine: EngineSettings = Field(default_factory=EngineSettings)
 
 
+OutageStart = Annotated[float, Field(ge=0, le=MAX_RUN_S)]
+OutageEnd = Annotated[float, Field(gt=0, allow_inf_nan=True)]
+
+
 class LinkSettings(_Strict):
-    delay_ms: float = Field(0.0, ge=0)
-    jitter_ms: float = Field(0.0, ge=0)
+    delay_ms: float = Field(0.0, ge=0, le=MAX_LINK_MS)
+    jitter_ms: float = Field(0.0, ge=0, le=MAX_LINK_MS)
     jitter_distribution: Literal["normal", "uniform"] = "normal"
-    bandwidth_MBps: float | None = Field(None, gt=0)
+    bandwidth_MBps: float | None = Field(None, ge=MIN_BANDWIDTH_MBPS, le=MAX_BANDWIDTH_MBPS)
     loss: float = Field(0.0, ge=0, lt=1)
-    outages: list[tuple[float, float]] = Field(default_factory=list)
+    # (start_s, end_s) run seconds; end_s may be .inf (down for the rest of the run).
+    outages: list[tuple[OutageStart, OutageEnd]] = Field(default_factory=list, max_length=10_000)
+
+    @model_validator(mode="after")
+    def _outage_windows(self) -> LinkSettings:
+        for i, (start, end) in enumerate(self.outages):
+            if not start < end:
+                raise ValueError(
+                    f"outages[{i}]=[{start:g}, {end:g}] is invalid; allowed: [start_s, end_s] with start_s < end_s "
+                    "(end_s may be .inf)"
+                )
+        return self
 
     def to_spec(self) -> LinkSpec:
         return LinkSpec(
@@ -138,40 +176,53 @@ class LinksSpec(_Strict):
 
 
 class SamplerSettings(_Strict):
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     # Chance that a sampled token is EOS; requests stop there unless ignore_eos.
     stop_probability: float = Field(0.0, ge=0.0, le=1.0)
     ignore_eos: bool = False
+
+
+class CostModelSettings(_Strict):
+    """A custom cost model: a step takes base_ms + per-token terms (engine/cost_model.py)."""
+
+    name: str = Field("custom", min_length=1, max_length=100)
+    base_ms: float = Field(ge=0, le=3_600_000)
+    prefill_ms_per_token: float = Field(ge=0, le=3_600_000)
+    decode_ms_per_token: float = Field(ge=0, le=3_600_000)
+    context_ms_per_ktoken: float = Field(ge=0, le=3_600_000)
 
 
 class ClusterSpec(_Strict):
     prefill: NodeGroup = Field(default_factory=lambda: NodeGroup(count=1, engine=EngineSettings()))
     decode: NodeGroup = Field(default_factory=NodeGroup)
     links: LinksSpec = Field(default_factory=LinksSpec)
-    cost_model: str | dict = "synthetic-8b"
-    routing: Literal["round_robin", "least_loaded"] = "round_robin"
+    # A built-in name (COST_MODELS) or the coefficients of a custom one.
+    cost_model: str | CostModelSettings = "synthetic-8b"
+    # prefix_aware: to the node the proxy sent the longest prefix of the prompt before.
+    routing: Literal["round_robin", "least_loaded", "prefix_aware"] = "round_robin"
     sampler: SamplerSettings = Field(default_factory=SamplerSettings)
     shadow_kv: bool = True
     # KV payload per token (bytes): small by default; 131072 B is an 8B-class
     # model in fp16 (2 x 32 layers x 8 KV heads x 128 dims x 2 bytes).
-    bytes_per_token: int = Field(64, ge=1)
+    bytes_per_token: int = Field(64, ge=1, le=16 * 2**20)
     # The KV fault policy (connector/pull_policy.py), in run seconds: virtual
     # in-process, wall (not scaled by time_scale) on Ray.
-    kv_pull_timeout_s: float = Field(2.0, gt=0)
-    kv_pull_deadline_s: float = Field(10.0, gt=0)
-    kv_pull_backoff_initial_s: float = Field(0.02, gt=0)
-    kv_pull_backoff_max_s: float = Field(0.5, gt=0)
-    max_concurrent_pulls: int = Field(64, ge=1)
+    kv_pull_timeout_s: float = Field(2.0, gt=0, le=MAX_RUN_S)
+    kv_pull_deadline_s: float = Field(10.0, gt=0, le=MAX_RUN_S)
+    kv_pull_backoff_initial_s: float = Field(0.02, gt=0, le=MAX_RUN_S)
+    kv_pull_backoff_max_s: float = Field(0.5, gt=0, le=MAX_RUN_S)
+    max_concurrent_pulls: int = Field(64, ge=1, le=100_000)
     # A producer frees blocks no consumer reported on after this long;
     # default max(120, 6 x kv_pull_deadline_s).
-    kv_hold_timeout_s: float | None = Field(None, gt=0)
+    kv_hold_timeout_s: float | None = Field(None, gt=0, le=MAX_RUN_S)
     # Ray runtime only: wall seconds slept per modelled second of step time.
-    time_scale: float = Field(1.0, gt=0)
+    time_scale: float = Field(1.0, ge=1e-4, le=1e4)
 
     @field_validator("cost_model")
     @classmethod
     def _known_cost_model(cls, v):
-        get_cost_model(v)  # raises with the allowed names
+        if isinstance(v, str):
+            get_cost_model(v)  # raises with the allowed names
         return v
 
     @field_validator("decode")
@@ -208,7 +259,16 @@ class ClusterSpec(_Strict):
         return self.prefill.count > 0
 
     def cost(self) -> CostModel:
+        if isinstance(self.cost_model, CostModelSettings):
+            return get_cost_model(self.cost_model.model_dump())
         return get_cost_model(self.cost_model)
+
+    def prompt_hashes(self, request_id: str, prompt_len: int, segments) -> list[int]:
+        """A prompt's block hashes for prefix-aware routing (empty under other policies)."""
+        if self.routing != "prefix_aware":
+            return []
+        prompt = PromptTokens(segments) if segments else PromptTokens.unique(request_id, prompt_len)
+        return prompt_block_hashes(prompt, self.decode.engine.block_size)
 
     def kv_policy(self) -> KVFaultPolicy:
         hold = self.kv_hold_timeout_s if self.kv_hold_timeout_s is not None else max(120.0, 6 * self.kv_pull_deadline_s)
@@ -242,7 +302,7 @@ class ClusterSpec(_Strict):
                             name=f"{role}-{i}",
                             kv_role=kv_role if disagg else None,
                             scheduler=e.scheduler_config(),
-                            cache=CacheConfig(e.num_gpu_blocks, e.block_size),
+                            cache=CacheConfig(e.num_gpu_blocks, e.block_size, e.enable_prefix_caching),
                             pipeline_parallel_size=group.pp_size,
                             kv_load_failure_policy=e.kv_load_failure_policy,
                             sampler_seed=self.sampler.seed,

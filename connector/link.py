@@ -35,6 +35,11 @@ _JITTER_DISTRIBUTIONS = ("normal", "uniform")
 
 # Bandwidth is in decimal megabytes per second: 1 MB = 10**6 bytes.
 BYTES_PER_MB = 1_000_000
+# Sanity limits: a finite but absurd delay (1e308 ms) overflows the arrival
+# arithmetic to inf, and a near-zero bandwidth parks a message for centuries;
+# both would stall a run instead of failing at construction.
+MAX_DELAY_MS = 86_400_000.0  # one day
+MIN_BANDWIDTH_MBPS = 1e-6  # one byte per second
 
 
 class Direction(str, Enum):
@@ -52,10 +57,10 @@ def _require_number(field_name: str, value: Any) -> float:
     return float(value)
 
 
-def _require_finite_at_least_zero(field_name: str, value: Any) -> float:
+def _require_delay_ms(field_name: str, value: Any) -> float:
     number = _require_number(field_name, value)
-    if not math.isfinite(number) or number < 0:
-        raise ValueError(f"LinkSpec.{field_name} must be a finite number >= 0, got {value!r}")
+    if not math.isfinite(number) or not 0 <= number <= MAX_DELAY_MS:
+        raise ValueError(f"LinkSpec.{field_name} must be a number in [0, {MAX_DELAY_MS:g}] ms, got {value!r}")
     return number
 
 
@@ -104,17 +109,17 @@ class LinkSpec:
     def __post_init__(self) -> None:
         # Frozen: normalised values are written through object.__setattr__.
         set_ = object.__setattr__
-        set_(self, "delay_ms", _require_finite_at_least_zero("delay_ms", self.delay_ms))
-        set_(self, "jitter_ms", _require_finite_at_least_zero("jitter_ms", self.jitter_ms))
+        set_(self, "delay_ms", _require_delay_ms("delay_ms", self.delay_ms))
+        set_(self, "jitter_ms", _require_delay_ms("jitter_ms", self.jitter_ms))
         if self.jitter_distribution not in _JITTER_DISTRIBUTIONS:
             raise ValueError(
                 f"LinkSpec.jitter_distribution must be one of {_JITTER_DISTRIBUTIONS}, got {self.jitter_distribution!r}"
             )
         if self.bandwidth_MBps is not None:
             bandwidth = _require_number("bandwidth_MBps", self.bandwidth_MBps)
-            if not (bandwidth > 0 and math.isfinite(bandwidth)):
+            if not (bandwidth >= MIN_BANDWIDTH_MBPS and math.isfinite(bandwidth)):
                 raise ValueError(
-                    "LinkSpec.bandwidth_MBps must be None (unlimited) or a finite number > 0, "
+                    f"LinkSpec.bandwidth_MBps must be None (unlimited) or a finite number >= {MIN_BANDWIDTH_MBPS:g}, "
                     f"got {self.bandwidth_MBps!r}"
                 )
             set_(self, "bandwidth_MBps", bandwidth)
@@ -160,6 +165,13 @@ class DelayLine:
         self.sent = 0
         self.lost = 0
         self.delivered_bytes = 0
+        # Faults added during a run (chaos mode): (start, end, loss) windows;
+        # loss 1.0 is a partition.
+        self.fault_windows: list[tuple[float, float, float]] = []
+
+    def add_fault(self, start: float, end: float, loss: float = 1.0) -> None:
+        """Drop messages sent in [start, end) with probability `loss` (1: all)."""
+        self.fault_windows.append((start, end, loss))
 
     def transit(self, now: float, nbytes: int) -> float | None:
         """Arrival time of a message sent at `now`, or None when it is lost."""
@@ -172,7 +184,8 @@ class DelayLine:
         # message k does not depend on the loss rate or on the outage windows.
         loss_draw = self._rng.random()
         delay_s = self._sample_delay_ms() / 1000.0
-        if loss_draw < self.spec.loss or self.spec.in_outage(now):
+        faulted = any(start <= now < end and loss_draw < loss for start, end, loss in self.fault_windows)
+        if loss_draw < self.spec.loss or self.spec.in_outage(now) or faulted:
             # Dropped before it reaches the wire (like netem's loss): it does
             # not occupy bandwidth.
             self.lost += 1
@@ -227,3 +240,42 @@ class Link:
     @property
     def is_ideal(self) -> bool:
         return self.forward.spec.is_ideal and self.reverse.spec.is_ideal
+
+
+# A reliable stream's retransmission timer: Linux's minimum RTO (200 ms),
+# doubling per retransmission of the same message; capped at 2 s (not TCP's
+# 120 s, so a simulated partition heals within seconds of its end), and
+# given up after 15 retransmissions (tcp_retries2): after ~25 s of
+# unbroken loss the connection is broken.
+RTO_INITIAL_S = 0.2
+RTO_MAX_S = 2.0
+MAX_RETRANSMISSIONS = 15
+
+
+class ReliableLine:
+    """A reliable, ordered stream (TCP) over one lossy `DelayLine`.
+
+    A message the line drops is sent again after a retransmission timeout,
+    so loss shows up as delay, never as a gap; and nothing sent after it is
+    delivered before it (head-of-line blocking), so loss never reorders.
+    `transit` returns None only when the connection breaks: the message was
+    dropped `MAX_RETRANSMISSIONS` times over (a long outage), as TCP gives up.
+    """
+
+    def __init__(self, line: DelayLine, rto_initial_s: float = RTO_INITIAL_S) -> None:
+        self.line = line
+        self.rto_initial_s = rto_initial_s
+        self._last = -math.inf
+        self.retransmissions = 0
+
+    def transit(self, now: float, nbytes: int) -> float | None:
+        t, rto = now, self.rto_initial_s
+        for _ in range(MAX_RETRANSMISSIONS + 1):
+            arrival = self.line.transit(t, nbytes)
+            if arrival is not None:
+                arrival = max(arrival, self._last)
+                self._last = arrival
+                return arrival
+            self.retransmissions += 1
+            t, rto = t + rto, min(rto * 2, RTO_MAX_S)
+        return None

@@ -94,6 +94,7 @@ class PullSession:
     policy: KVFaultPolicy
     started: float
     consumer_id: str = ""
+    ticket: str = ""
     attempts: int = 0
     checksum_failures: int = 0
     num_bytes: int = 0
@@ -128,18 +129,21 @@ class PullSession:
             remote_address=spec.remote_address,
             remote_block_ids=tuple(spec.remote_block_ids[i] for i in self.missing),
             local_block_ids=tuple(spec.local_block_ids[i] for i in self.missing),
-            block_indices=tuple(self.missing),
+            # Prompt positions: a local prefix-cache hit covers the blocks before `first`.
+            block_indices=tuple(self.spec.first_block_index + i for i in self.missing),
             num_tokens=spec.num_tokens,
             number=self.attempts,
             timeout_s=min(self.policy.attempt_timeout_s, remaining),
             consumer_id=self.consumer_id,
+            ticket=self.ticket,
         )
 
     def record(self, result: PullAttemptResult, now: float) -> PullDecision:
         """What to do after an attempt ended."""
         self.checksum_failures += result.checksum_failures
         self.num_bytes += result.num_bytes
-        landed = set(result.landed)
+        first = self.spec.first_block_index
+        landed = {i - first for i in result.landed}
         progressed = bool(landed & set(self.missing))
         self.missing = [i for i in self.missing if i not in landed]
         if not self.missing:
@@ -169,6 +173,7 @@ class DoneSession:
     started: float
     consumer_id: str = ""
     reason: str = ""
+    ticket: str = ""
     attempts: int = 0
     _backoff: float = 0.0
 
@@ -191,6 +196,7 @@ class DoneSession:
             timeout_s=timeout,
             consumer_id=self.consumer_id,
             reason=self.reason,
+            ticket=self.ticket,
         )
 
     def record(self, result: DoneReportResult, now: float) -> Retry | None:

@@ -5,7 +5,9 @@ value, shared by the virtual-clock executor and the wall-clock one."""
 
 from __future__ import annotations
 
-from .link import Link
+import math
+
+from .link import Link, ReliableLine
 
 STAGE_MESSAGE_BYTES = 4096
 
@@ -16,18 +18,21 @@ class StagePipeline:
             raise ValueError(f"pp_size={pp_size} is invalid; allowed: >= 1")
         self.pp_size = pp_size
         self.stage_link = stage_link
+        # Stage hops ride TCP: loss costs retransmissions, never order.
+        self._hop = None if stage_link is None else ReliableLine(stage_link.forward)
         self.stage_free_at = [0.0] * pp_size
 
     def finish_time(self, now: float, duration: float) -> float:
-        """Submit a step of `duration` at `now`; returns when its last stage ends."""
+        """Submit a step of `duration` at `now`; returns when its last stage ends
+        (inf: a stage link broke — an outage outlasted the retransmissions)."""
         share = duration / self.pp_size
         t = now
         for i in range(self.pp_size):
-            if i and self.stage_link is not None:
-                arrival = self.stage_link.transit(t, STAGE_MESSAGE_BYTES)
-                # Stage hops ride a reliable transport: a "lost" message is
-                # resent at once, so loss shows up as no extra delay here.
-                t = arrival if arrival is not None else t
+            if i and self._hop is not None:
+                arrival = self._hop.transit(t, STAGE_MESSAGE_BYTES)
+                if arrival is None:
+                    return math.inf
+                t = arrival
             start = t if t > self.stage_free_at[i] else self.stage_free_at[i]
             t = start + share
             self.stage_free_at[i] = t

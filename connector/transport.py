@@ -27,6 +27,11 @@ class UnknownBlockError(KeyError):
     """The producer holds the request but not this block id for it."""
 
 
+class KVAccessDenied(Exception):
+    """The caller may not touch this request: its ticket is wrong, or the
+    request is bound to another consumer (PERMISSION_DENIED on the wire)."""
+
+
 @runtime_checkable
 class BlockSource(Protocol):
     """Producer side: hands out the bytes of a finished prompt's blocks."""
@@ -106,6 +111,9 @@ class PullAttempt:
     number: int  # 1 for the first attempt
     timeout_s: float
     consumer_id: str = ""
+    # The producer's capability for this request (`kv_ticket` in its
+    # kv_transfer_params): without it the producer refuses the pull.
+    ticket: str = ""
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,7 @@ class DoneReport:
     timeout_s: float
     consumer_id: str = ""
     reason: str = ""
+    ticket: str = ""
 
 
 @dataclass(frozen=True)
@@ -178,6 +187,16 @@ class KVServeEndpoint(BlockSource, Protocol):
         ...
 
     def on_done_report(self, request_id: str, success: bool) -> None: ...
+
+
+@runtime_checkable
+class KVAccessControl(Protocol):
+    """A producer that checks who touches a request (a `PrefillNode`):
+    transports call `authorize` before serving a pull or passing on a done
+    report. Raises UnknownRequestError (never held: NOT_FOUND) or
+    KVAccessDenied (PERMISSION_DENIED)."""
+
+    def authorize(self, request_id: str, ticket: str, consumer: str) -> None: ...
 
 
 class InMemoryBlockSource:

@@ -26,7 +26,8 @@ from engine.kv_connector.pd_connector import RecvSpec
 from engine.model_runner import StepPlan
 from engine.node_core import NodeSpec
 from engine.records import StepRecord
-from node.messages import KVEvent
+from node.access import TICKET_PARAM
+from node.messages import KVEvent, RequestMessage
 from node.ports import NodePorts
 from node.role import NodeRole
 from node.settings import NodeSettings
@@ -55,6 +56,9 @@ class DecodeNode(NodeRole):
         self._pulls: dict[str, PullSession] = {}  # by the consumer's request id
         self._waiting: deque[RecvSpec] = deque()  # for a pull slot
         self._reports_in_flight = 0
+        # The producer's ticket per request (by the consumer's request id),
+        # from its kv_transfer_params: every pull and done report carries it.
+        self._tickets: dict[str, str] = {}
         self.pulls_started = 0
         self.pulls_completed = 0
         self.pulls_failed = 0
@@ -66,6 +70,14 @@ class DecodeNode(NodeRole):
         self.pull_failures: dict[str, int] = {}
         self.done_reports_sent = 0
         self.done_reports_delivered = 0
+
+    def on_requests(self, messages: list[RequestMessage]) -> None:
+        for message in messages:
+            params = message.kv_transfer_params
+            ticket = params.get(TICKET_PARAM) if params else None
+            if isinstance(ticket, str):
+                self._tickets[message.request_id] = ticket
+        super().on_requests(messages)
 
     # -- KV loads start with the step that carries them ---------------------------
     def _on_submit(self, plan: StepPlan) -> None:
@@ -84,10 +96,17 @@ class DecodeNode(NodeRole):
         while self._waiting and len(self._pulls) < self.policy.max_concurrent_pulls:
             spec = self._waiting.popleft()
             try:
-                session = PullSession(spec, self.policy, self.clock.now(), consumer_id=self.name)
+                session = PullSession(
+                    spec,
+                    self.policy,
+                    self.clock.now(),
+                    consumer_id=self.name,
+                    ticket=self._tickets.pop(spec.request_id, ""),
+                )
             except ValueError as err:  # a malformed load fails the request, not the node
                 logger.warning("%s: load of %s refused: %s", self.name, spec.request_id, err)
                 self._count_failure("rejected")
+                self._tickets.pop(spec.request_id, None)
                 self._finish_load(spec, ok=False)
                 continue
             self._pulls[spec.request_id] = session
@@ -128,11 +147,19 @@ class DecodeNode(NodeRole):
         spec = session.spec
         self._end_session(session)
         self.pulls_completed += 1
-        self.core.write_pulled_blocks(spec.request_id, spec.local_block_ids, spec.num_tokens, self.clock.now())
+        self.core.write_pulled_blocks(
+            spec.request_id, spec.local_block_ids, spec.num_tokens, self.clock.now(), spec.first_block_index
+        )
         self._finish_load(spec, ok=True)
         self._report(
             DoneSession(
-                spec.remote_request_id, spec.remote_address, True, self.policy, self.clock.now(), consumer_id=self.name
+                spec.remote_request_id,
+                spec.remote_address,
+                True,
+                self.policy,
+                self.clock.now(),
+                consumer_id=self.name,
+                ticket=session.ticket,
             )
         )
 
@@ -151,6 +178,7 @@ class DecodeNode(NodeRole):
                 self.clock.now(),
                 consumer_id=self.name,
                 reason=failed.failure.value,
+                ticket=session.ticket,
             )
         )
 

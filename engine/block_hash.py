@@ -12,7 +12,22 @@ content is either the block's token ids or, for synthetic prompts, the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .request import Request
+
+
+def prompt_block_hashes(prompt: Sequence[int], block_size: int) -> list[int]:
+    """The hashes of a prompt's full blocks, as a request holding it gets them."""
+    block_key = getattr(prompt, "block_key", None)
+    hashes: list[int] = []
+    parent = None
+    for i in range(len(prompt) // block_size):
+        start, end = i * block_size, (i + 1) * block_size
+        content = block_key(start, end) if block_key else tuple(prompt[start:end])
+        parent = hash((parent, content))
+        hashes.append(parent)
+    return hashes
 
 
 def update_block_hashes(request: Request, block_size: int) -> list[int]:

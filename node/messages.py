@@ -4,6 +4,7 @@ code) and `from_wire()`, which checks the shape and raises `MessageError`
 naming what is wrong.
 
     proxy -> node: RequestMessage            one per request
+                   ReleaseMessage            give up requests' held KV blocks
     node -> proxy: OutputEvent | KVEvent     in order, batched by the outbox
 
 Times are run seconds.
@@ -11,9 +12,12 @@ Times are run seconds.
 
 from __future__ import annotations
 
+import math
+import reprlib
 from typing import Any, NamedTuple
 
 from engine.outputs import EngineCoreOutput
+from engine.prompt import PromptTokens
 from engine.request import Request, SamplingParams
 
 
@@ -21,11 +25,36 @@ class MessageError(ValueError):
     """A message does not have the shape its type requires."""
 
 
+# Error messages show at most this much of what came in: a peer's input is
+# never echoed whole (a 1 MiB request id must not come back in a log line).
+_repr = reprlib.Repr()
+_repr.maxstring = _repr.maxother = 40
+_repr.maxlist = _repr.maxtuple = _repr.maxdict = 4
+_repr.maxlevel = 2
+MAX_REQUEST_ID_CHARS = 256
+
+
+def short(value: Any) -> str:
+    """A bounded repr of untrusted input, for error messages."""
+    return _repr.repr(value)
+
+
 def _fields(kind: str, wire: Any, n: int) -> list:
     if not isinstance(wire, (list, tuple)) or len(wire) != n + 1 or wire[0] != kind:
-        shown = repr(wire)
-        raise MessageError(f"expected a {kind!r} message of {n} fields, got {shown[:120]}")
+        raise MessageError(f"expected a {kind!r} message of {n} fields, got {short(wire)}")
     return list(wire[1:])
+
+
+def _request_id(rid: Any) -> str:
+    if not isinstance(rid, str) or not rid or len(rid) > MAX_REQUEST_ID_CHARS:
+        raise MessageError(f"request_id={short(rid)} is invalid; allowed: a string of 1..{MAX_REQUEST_ID_CHARS} chars")
+    return rid
+
+
+def _time(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise MessageError(f"{name}={short(value)} is invalid; allowed: a finite number")
+    return float(value)
 
 
 class RequestMessage(NamedTuple):
@@ -36,32 +65,84 @@ class RequestMessage(NamedTuple):
     priority: int = 0
     kv_transfer_params: dict | None = None
     ignore_eos: bool = False
+    # The prompt's content as (segment key, length) pairs (`engine/prompt.py`),
+    # when it shares segments with other prompts; None: content of its own.
+    prompt_segments: list | None = None
 
     def to_wire(self) -> list:
         return ["req", *self]
 
     @classmethod
     def from_wire(cls, wire: Any) -> RequestMessage:
-        rid, prompt_len, max_tokens, arrival, priority, params, ignore_eos = _fields("req", wire, 7)
-        if not isinstance(rid, str) or not rid:
-            raise MessageError(f"request_id={rid!r} is invalid; allowed: a non-empty string")
+        rid, prompt_len, max_tokens, arrival, priority, params, ignore_eos, segments = _fields("req", wire, 8)
+        rid = _request_id(rid)
         for name, value in (("prompt_len", prompt_len), ("max_tokens", max_tokens), ("priority", priority)):
             if isinstance(value, bool) or not isinstance(value, int):
-                raise MessageError(f"{rid}: {name}={value!r} is invalid; allowed: an integer")
+                raise MessageError(f"{rid}: {name}={short(value)} is invalid; allowed: an integer")
         if params is not None and not isinstance(params, dict):
             raise MessageError(f"{rid}: kv_transfer_params must be a mapping or null")
-        return cls(rid, prompt_len, max_tokens, float(arrival), priority, params, bool(ignore_eos))
+        if segments is not None and not (
+            isinstance(segments, list)
+            and all(
+                isinstance(s, (list, tuple)) and len(s) == 2 and all(type(x) is int for x in s) and s[1] >= 1
+                for s in segments
+            )
+            and sum(s[1] for s in segments) == prompt_len
+        ):
+            raise MessageError(f"{rid}: prompt_segments must be [key, length >= 1] pairs summing to prompt_len")
+        return cls(
+            rid,
+            prompt_len,
+            max_tokens,
+            _time("arrival_time", arrival),
+            priority,
+            params,
+            bool(ignore_eos),
+            [tuple(s) for s in segments] if segments is not None else None,
+        )
+
+    def prompt(self) -> PromptTokens:
+        """The prompt's tokens: its segments, or content no other prompt shares."""
+        if self.prompt_segments:
+            return PromptTokens(self.prompt_segments)
+        return PromptTokens.unique(self.request_id, self.prompt_len)
 
     def to_request(self, eos_token_id: int) -> Request:
         return Request(
             self.request_id,
-            range(self.prompt_len),
+            self.prompt(),
             SamplingParams(max_tokens=self.max_tokens, ignore_eos=self.ignore_eos),
             eos_token_id=eos_token_id,
             arrival_time=self.arrival_time,
             priority=self.priority,
             kv_transfer_params=dict(self.kv_transfer_params) if self.kv_transfer_params else None,
         )
+
+
+class ReleaseMessage(NamedTuple):
+    """To a prefill node: the proxy gave these requests up (the decode node
+    they went to is gone); free their held blocks now."""
+
+    request_ids: list[str]
+
+    def to_wire(self) -> list:
+        return ["rel", list(self.request_ids)]
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> ReleaseMessage:
+        (ids,) = _fields("rel", wire, 1)
+        if not isinstance(ids, list):
+            raise MessageError("release: request_ids must be a list of strings")
+        return cls([_request_id(i) for i in ids])
+
+
+ProxyMessage = RequestMessage | ReleaseMessage
+
+
+def proxy_message_from_wire(wire: Any) -> ProxyMessage:
+    if isinstance(wire, (list, tuple)) and wire and wire[0] == "rel":
+        return ReleaseMessage.from_wire(wire)
+    return RequestMessage.from_wire(wire)
 
 
 class OutputEvent(NamedTuple):
@@ -110,11 +191,25 @@ NodeEvent = OutputEvent | KVEvent
 
 
 def event_from_wire(wire: Any) -> NodeEvent:
+    """A node's event as it came off the wire, checked field by field (a
+    node's connection is authenticated, but its input is still not trusted
+    to be well formed)."""
     kind = wire[0] if isinstance(wire, (list, tuple)) and wire else None
     if kind == "out":
         rid, tokens, reason, params, preemptions, first = _fields("out", wire, 6)
-        return OutputEvent(rid, list(tokens), reason, params, preemptions, first)
+        rid = _request_id(rid)
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            raise MessageError(f"{rid}: new_token_ids must be a list of integers")
+        if reason is not None and not isinstance(reason, str):
+            raise MessageError(f"{rid}: finish_reason={short(reason)} is invalid; allowed: a string or null")
+        if params is not None and not isinstance(params, dict):
+            raise MessageError(f"{rid}: kv_transfer_params must be a mapping or null")
+        if isinstance(preemptions, bool) or not isinstance(preemptions, int):
+            raise MessageError(f"{rid}: num_preemptions={short(preemptions)} is invalid; allowed: an integer")
+        return OutputEvent(rid, tokens, reason, params, preemptions, None if first is None else _time("first", first))
     if kind == "kv":
         rid, phase, t, ok = _fields("kv", wire, 4)
-        return KVEvent(rid, phase, t, ok)
-    raise MessageError(f"unknown node event {str(wire)[:80]!r}; allowed kinds: 'out', 'kv'")
+        if phase not in ("start", "end"):
+            raise MessageError(f"kv event phase={short(phase)} is invalid; allowed: 'start', 'end'")
+        return KVEvent(_request_id(rid), phase, _time("time", t), bool(ok))
+    raise MessageError(f"unknown node event {short(wire)}; allowed kinds: 'out', 'kv'")

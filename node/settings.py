@@ -19,6 +19,10 @@ class NodeSettings:
     # KV payload per token (bytes) of the synthetic blocks.
     bytes_per_token: int = 64
     kv_policy: KVFaultPolicy = field(default_factory=KVFaultPolicy)
+    # The key a producer derives its per-request KV tickets from
+    # (`node.access`): random per run on Ray, from the seed in-process.
+    # Never logged: repr leaves it out.
+    ticket_key: bytes = field(default=b"", repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.time_scale, bool) or not (isinstance(self.time_scale, (int, float)) and self.time_scale > 0):

@@ -8,7 +8,7 @@ counted as a failed read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from connector.payload import block_payload
 from connector.transport import UnknownBlockError, UnknownRequestError
@@ -44,6 +44,11 @@ class HeldBlockSource:
         return sum(min(bs, prompt_len - i * bs) for i in positions)
 
     def get_blocks(self, request_id: str, block_ids: Sequence[int]) -> list[bytes]:
+        return list(self.iter_blocks(request_id, block_ids))
+
+    def iter_blocks(self, request_id: str, block_ids: Sequence[int]) -> Iterator[bytes]:
+        """Checked now (raises as `get_blocks`); each block's bytes built only
+        when asked for, so a stream holds one block at a time, not the prompt."""
         positions, prompt_len = self._read(request_id, block_ids)
-        bs = self.core.block_size
-        return [block_payload(request_id, i, min(bs, prompt_len - i * bs), self.bytes_per_token) for i in positions]
+        bs, bpt = self.core.block_size, self.bytes_per_token
+        return (block_payload(request_id, i, min(bs, prompt_len - i * bs), bpt) for i in positions)

@@ -7,16 +7,21 @@ without I/O; both runtimes run this class.
   report into `finished_sending`, which frees the blocks through the
   scheduler's own path on the next step.
 - A held request whose consumer never reports is released after the fault
-  policy's `hold_timeout_s`, so a lost report cannot leak blocks.
+  policy's `hold_timeout_s`, so a lost report cannot leak blocks; the proxy
+  releases it at once when the decode node it went to is gone (`release`).
+- Only the consumer the request was routed to may pull or report on it: a
+  ticket in its `kv_transfer_params` is required, and binds the request to
+  the first consumer that shows it (`node.access`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from engine.node_core import NodeSpec
 from engine.outputs import EngineCoreOutput
 from engine.records import StepRecord
+from node.access import TICKET_PARAM, AccessList
 from node.ports import NodePorts, Timer
 from node.role import NodeRole
 from node.settings import NodeSettings
@@ -47,6 +52,8 @@ class PrefillNode(NodeRole):
         self.failed_done_reports = 0
         self.late_done_reports = 0
         self.hold_timeouts = 0
+        self.released_by_proxy = 0
+        self.access = AccessList(settings.ticket_key)
 
     def set_address(self, address: str) -> None:
         """Where consumers reach this node's KV; it goes into every `kv_transfer_params`."""
@@ -60,11 +67,19 @@ class PrefillNode(NodeRole):
             if out.finished and out.kv_transfer_params and self.core.holds(out.request_id):
                 timer = self.clock.call_at(now + hold_s, self._hold_expired, out.request_id, now)
                 self._held[out.request_id] = (now, timer)
+                out.kv_transfer_params[TICKET_PARAM] = self.access.grant(out.request_id)
         super()._on_outputs(outputs)
 
-    # -- the KV handoff (KVServeEndpoint) ------------------------------------------
+    # -- the KV handoff (KVServeEndpoint, KVAccessControl) --------------------------
+    def authorize(self, request_id: str, ticket: str, consumer: str) -> None:
+        """Before a pull or a done report: raises UnknownRequestError or KVAccessDenied."""
+        self.access.check(request_id, ticket, consumer)
+
     def get_blocks(self, request_id: str, block_ids: Sequence[int]) -> list[bytes]:
         return self.source.get_blocks(request_id, block_ids)
+
+    def iter_blocks(self, request_id: str, block_ids: Sequence[int]) -> Iterator[bytes]:
+        return self.source.iter_blocks(request_id, block_ids)
 
     def check_blocks(self, request_id: str, block_ids: Sequence[int]) -> int:
         return self.source.check_blocks(request_id, block_ids)
@@ -81,6 +96,15 @@ class PrefillNode(NodeRole):
         held[1].cancel()
         self._release(request_id)
 
+    def release(self, request_ids: list[str]) -> None:
+        """The proxy gave these requests up (their decode node is gone): free their blocks now."""
+        for request_id in request_ids:
+            held = self._held.pop(request_id, None)
+            if held is not None:
+                held[1].cancel()
+                self.released_by_proxy += 1
+                self._release(request_id)
+
     def _hold_expired(self, request_id: str, held_since: float) -> None:
         held = self._held.get(request_id)
         if held is None or held[0] != held_since:
@@ -90,6 +114,7 @@ class PrefillNode(NodeRole):
         self._release(request_id)
 
     def _release(self, request_id: str) -> None:
+        self.access.release(request_id)
         if not self.alive:
             return
         self.core.mark_finished_sending(request_id)
@@ -108,4 +133,6 @@ class PrefillNode(NodeRole):
             "kv_failed_done_reports": self.failed_done_reports,
             "kv_late_done_reports": self.late_done_reports,
             "kv_hold_timeouts": self.hold_timeouts,
+            "kv_released_by_proxy": self.released_by_proxy,
+            "kv_access_denied": self.access.denied,
         }

@@ -16,9 +16,13 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+# A million requests per second is far beyond one cluster; `.inf` is spelled
+# `kind: all_at_once` here.
+MAX_RATE = 1_000_000.0
+
 
 class _ArrivalBase(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     def offsets(self, rng: np.random.Generator, n: int) -> list[float]:  # pragma: no cover
         raise NotImplementedError
@@ -36,7 +40,7 @@ class PoissonArrivals(_ArrivalBase):
     """Exponential gaps at `rate` requests/s (vLLM's default, burstiness 1)."""
 
     kind: Literal["poisson"] = "poisson"
-    rate: float = Field(gt=0)
+    rate: float = Field(gt=0, le=MAX_RATE)
     normalize: bool = True
 
     def offsets(self, rng, n):
@@ -47,8 +51,8 @@ class GammaArrivals(_ArrivalBase):
     """Gamma gaps: burstiness < 1 is burstier than Poisson, > 1 is smoother."""
 
     kind: Literal["gamma"] = "gamma"
-    rate: float = Field(gt=0)
-    burstiness: float = Field(gt=0)
+    rate: float = Field(gt=0, le=MAX_RATE)
+    burstiness: float = Field(ge=1e-3, le=1e6)
     normalize: bool = True
 
     def offsets(self, rng, n):
@@ -59,7 +63,7 @@ class ConstantArrivals(_ArrivalBase):
     """Evenly spaced: request i arrives at (i + 1) / rate, as vLLM does for burstiness=inf."""
 
     kind: Literal["constant"] = "constant"
-    rate: float = Field(gt=0)
+    rate: float = Field(gt=0, le=MAX_RATE)
 
     def offsets(self, rng, n):
         return [(i + 1) / self.rate for i in range(n)]

@@ -17,13 +17,18 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# Longest length a distribution may name (tokens): far above any model's
+# context, low enough that a typo is refused at load.
+MAX_LENGTH = 10_000_000
+
 
 class _LengthBase(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No inf/NaN parameters: they overflow the draw (e.g. exp of a huge mu).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     # Clip bounds applied after drawing; `min` never goes below 1.
-    min: int = Field(1, ge=1)
-    max: int | None = Field(None, ge=1)
+    min: int = Field(1, ge=1, le=MAX_LENGTH)
+    max: int | None = Field(None, ge=1, le=MAX_LENGTH)
 
     @model_validator(mode="after")
     def _check_bounds(self):
@@ -46,7 +51,7 @@ class _LengthBase(BaseModel):
 
 class FixedLength(_LengthBase):
     kind: Literal["fixed"] = "fixed"
-    value: int = Field(ge=1)
+    value: int = Field(ge=1, le=MAX_LENGTH)
 
     def _draw(self, rng, n):
         return np.full(n, self.value)
@@ -56,8 +61,8 @@ class UniformLengths(_LengthBase):
     """Integers uniform on [low, high], both ends included."""
 
     kind: Literal["uniform"] = "uniform"
-    low: int = Field(ge=1)
-    high: int = Field(ge=1)
+    low: int = Field(ge=1, le=MAX_LENGTH)
+    high: int = Field(ge=1, le=MAX_LENGTH)
 
     @model_validator(mode="after")
     def _check_range(self):
@@ -73,19 +78,22 @@ class NormalLengths(_LengthBase):
     """Normal(mean, std), rounded and clipped to >= min (default 1)."""
 
     kind: Literal["normal"] = "normal"
-    mean: float = Field(gt=0)
-    std: float = Field(ge=0)
+    mean: float = Field(gt=0, le=MAX_LENGTH)
+    std: float = Field(ge=0, le=MAX_LENGTH)
 
     def _draw(self, rng, n):
         return rng.normal(self.mean, self.std, size=n)
 
 
 class LognormalLengths(_LengthBase):
-    """exp(Normal(mu, sigma)): numpy's parametrisation, so median = exp(mu)."""
+    """exp(Normal(mu, sigma)): numpy's parametrisation, so median = exp(mu).
+
+    `mu` and `sigma` are in log space: `mu: 4.6` is a median of ~100 tokens.
+    The bounds keep exp() finite: mu <= 16.2 is a median of ~10M tokens."""
 
     kind: Literal["lognormal"] = "lognormal"
-    mu: float
-    sigma: float = Field(ge=0)
+    mu: float = Field(ge=-20, le=16.2)
+    sigma: float = Field(ge=0, le=10)
 
     def _draw(self, rng, n):
         return rng.lognormal(self.mu, self.sigma, size=n)

@@ -7,12 +7,14 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+Priority = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+
 
 class FixedPriority(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["fixed"] = "fixed"
-    value: int = 0
+    value: Priority = 0
 
     def sample(self, rng: np.random.Generator, n: int) -> list[int]:
         return [self.value] * n
@@ -21,10 +23,10 @@ class FixedPriority(BaseModel):
 class ChoicePriority(BaseModel):
     """Each request draws one of `values`, with `weights` (uniform if omitted)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     kind: Literal["choice"] = "choice"
-    values: list[int] = Field(min_length=1)
+    values: list[Priority] = Field(min_length=1, max_length=10_000)
     weights: list[float] | None = None
 
     @model_validator(mode="after")

@@ -9,10 +9,12 @@ proxy link its outbox, an `InProcKVTransport` its KV handoff."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
-from connector.link import Direction, Link
+from connector.link import Link, ReliableLine
 from decode_node.node import DecodeNode
 from engine.records import RequestRecord, WorkloadRequest
 from engine.sampler import DeterministicSampler
@@ -21,8 +23,9 @@ from node.ports import NodePorts
 from node.role import NodeRole
 from prefill_node.node import PrefillNode
 
+from ..chaos import ChaosConfig, Fault, chaos_report, plan_faults
 from ..invariants import check_requests
-from ..router import Router
+from ..router import PrefixIndex, Router
 from ..run_result import RunResult, kv_pull_summary
 from ..spec import ClusterSpec
 from .clock import EventLoop
@@ -52,18 +55,23 @@ class InProcCluster:
         self.trace: list[tuple] = []
         self._link_seed = seed * 1000
         self._kv_links: dict[tuple[str, str], Link] = {}
-        settings = spec.node_settings()
+        # Deterministic per seed: the virtual clock has no outsider to keep out,
+        # but runs the same ticket checks as Ray (where the key is random).
+        settings = replace(spec.node_settings(), ticket_key=hashlib.sha256(f"inproc-run/{seed}".encode()).digest())
         self.nodes: dict[str, NodeRole] = {}
         self.prefill_nodes: list[NodeRole] = []
         self.decode_nodes: list[NodeRole] = []
         self._producers: dict[str, PrefillNode] = {}
         on_step = observer.on_step if observer is not None else None
+        self._executors: dict[str, VirtualPipelineExecutor] = {}
+        self.chaos_faults: list[Fault] | None = None
         for role, node_spec, group in spec.node_specs():
             node_spec.sampler_seed = spec.sampler.seed + seed
             stage_link = self._new_link(spec.links.stage) if group.pp_size > 1 else None
+            executor = self._executors[node_spec.name] = VirtualPipelineExecutor(self.loop, group.pp_size, stage_link)
             ports = NodePorts(
                 clock=self.loop,
-                executor=VirtualPipelineExecutor(self.loop, group.pp_size, stage_link),
+                executor=executor,
                 emit=lambda events, name=node_spec.name: self._from_node(name, events),
             )
             node: NodeRole
@@ -83,15 +91,28 @@ class InProcCluster:
                 node = DecodeNode(node_spec, settings, ports, kv, on_step, debug_invariants)
                 self.decode_nodes.append(node)
             self.nodes[node.name] = node
-        self._proxy_links: dict[str, Link] = {n: self._new_link(spec.links.proxy) for n in self.nodes}
+        # The proxy <-> node connections are TCP: loss costs retransmissions, never order.
+        self._proxy_links: dict[str, tuple[ReliableLine, ReliableLine]] = {}
+        for n in self.nodes:
+            link = self._new_link(spec.links.proxy)
+            self._proxy_links[n] = (ReliableLine(link.forward), ReliableLine(link.reverse))
+        # Prefix-aware routing's memory of which prompts went where (kept when routers are rebuilt).
+        self._prefill_index: PrefixIndex[NodeRole] = PrefixIndex()
+        self._decode_index: PrefixIndex[NodeRole] = PrefixIndex()
         self.prefill_router: Router[NodeRole] | None = (
-            Router(self.prefill_nodes, spec.routing, NodeRole.load) if self.prefill_nodes else None
+            Router(self.prefill_nodes, spec.routing, NodeRole.load, self._prefill_index) if self.prefill_nodes else None
         )
-        self.decode_router: Router[NodeRole] = Router(self.decode_nodes, spec.routing, NodeRole.load)
+        self.decode_router: Router[NodeRole] | None = Router(
+            self.decode_nodes, spec.routing, NodeRole.load, self._decode_index
+        )
         self.eos_token_id = self.decode_nodes[0].core.eos_token_id
         self.records: dict[str, RequestRecord] = {}
         self._workload: dict[str, WorkloadRequest] = {}
         self._node_of: dict[str, NodeRole] = {}
+        self._prefill_of: dict[str, PrefillNode] = {}  # the node holding a request's prompt blocks
+        self.failures: dict[str, str] = {}  # request id -> why it finished with "error"
+        self.rerouted: dict[str, int] = {}  # request id -> times re-routed to a live decode node
+        self.events_rejected = 0  # node events about requests not routed to that node
         self._backlog: list[WorkloadRequest] = []
         self._in_flight = 0
         self.max_concurrency: int | None = None
@@ -131,9 +152,18 @@ class InProcCluster:
             self._finish(w.request_id, "error")  # every prefill node is gone
             return
         if self.prefill_router is not None:
-            self._send(self.prefill_router.pick(), self._message(w, max_tokens=1, params={"do_remote_decode": True}))
+            self._send(
+                self.prefill_router.pick(self._hashes(w)),
+                self._message(w, max_tokens=1, params={"do_remote_decode": True}),
+            )
         else:
-            self._send(self.decode_router.pick(), self._message(w, max_tokens=w.output_len, params=None))
+            if self.decode_router is None:
+                self._finish(w.request_id, "error", "no live decode node")
+                return
+            self._send(self.decode_router.pick(self._hashes(w)), self._message(w, max_tokens=w.output_len, params=None))
+
+    def _hashes(self, w: WorkloadRequest) -> list[int]:
+        return self.spec.prompt_hashes(w.request_id, w.prompt_len, w.prompt_segments)
 
     def _message(self, w: WorkloadRequest, max_tokens: int, params: dict | None) -> RequestMessage:
         return RequestMessage(
@@ -144,32 +174,46 @@ class InProcCluster:
             w.priority,
             params,
             self.spec.sampler.ignore_eos,
+            list(w.prompt_segments) or None,
         )
 
     # -- the proxy ------------------------------------------------------------------
     def _send(self, node: NodeRole, message: RequestMessage) -> None:
         self._node_of[message.request_id] = node
-        arrival = self._proxy_links[node.name].transit(self.loop.now(), REQUEST_BYTES)
-        # The proxy's transport is reliable: a lost message costs no extra delay.
-        self.loop.at(arrival if arrival is not None else self.loop.now(), self._deliver, node, message)
+        arrival = self._proxy_links[node.name][0].transit(self.loop.now(), REQUEST_BYTES)
+        if arrival is None:  # the connection broke (an outage outlasted TCP's retransmissions)
+            self.loop.call_soon(self._connection_broken, node.name)
+            return
+        self.loop.at(arrival, self._deliver, node, message)
 
     def _deliver(self, node: NodeRole, message: RequestMessage) -> None:
+        if self._node_of.get(message.request_id) is not node:
+            return  # re-routed while in transit (its node died)
         if not node.alive:
-            self._finish(message.request_id, "error")
+            self._finish(message.request_id, "error", f"{node.name} is gone")
             return
         node.on_requests([message])
 
     def _from_node(self, name: str, events: list[NodeEvent]) -> None:
         now = self.loop.now()
-        arrival = self._proxy_links[name].transit(now, OUTPUT_BYTES * len(events), Direction.REVERSE)
-        self.loop.at(arrival if arrival is not None else now, self._proxy_receive, self.nodes[name], events)
+        arrival = self._proxy_links[name][1].transit(now, OUTPUT_BYTES * len(events))
+        if arrival is None:
+            self.loop.call_soon(self._connection_broken, name)
+            return
+        self.loop.at(arrival, self._proxy_receive, self.nodes[name], events)
 
     def _proxy_receive(self, node: NodeRole, events: list[NodeEvent]) -> None:
         now = self.loop.now()
         decoding = node.role != "prefill"
+        node_of = self._node_of
         for ev in events:
             rec = self.records.get(ev.request_id)
             if rec is None or rec.finish_reason is not None:
+                continue
+            if node_of.get(ev.request_id) is not node:
+                # Not the node the request is routed to (any more): a killed
+                # decode node's last tokens, after the request moved on.
+                self.events_rejected += 1
                 continue
             if decoding and type(ev) is OutputEvent and ev.finish_reason is None:
                 # The common case, once per token: tokens from a decode node.
@@ -196,7 +240,12 @@ class InProcCluster:
                 return  # the prefill's own token is not streamed: decode resamples it
             if ev.kv_transfer_params and ev.finish_reason == "length":
                 w = self._workload[ev.request_id]
-                dnode = self.decode_router.pick()
+                self._prefill_of[ev.request_id] = node  # type: ignore[assignment]
+                if self.decode_router is None:
+                    self._release_at_prefill(ev.request_id)
+                    self._finish(ev.request_id, "error", "no live decode node")
+                    return
+                dnode = self.decode_router.pick(self._hashes(w))
                 self._log("to_decode", ev.request_id, dnode.name)
                 self._send(dnode, self._message(w, w.output_len, dict(ev.kv_transfer_params)))
                 return
@@ -211,14 +260,18 @@ class InProcCluster:
         rec.token_times.extend([now] * len(ev.new_token_ids))
         if ev.finish_reason is not None:
             rec.num_preemptions = ev.num_preemptions
+            why = ""
             if ev.kv_transfer_params and "rejected" in ev.kv_transfer_params:
+                why = f"rejected by {node.name}: {ev.kv_transfer_params['rejected']}"
                 self._log("rejected", ev.request_id, ev.kv_transfer_params["rejected"])
-            self._finish(ev.request_id, ev.finish_reason)
+            self._finish(ev.request_id, ev.finish_reason, why or f"{node.name} finished it with an error")
 
-    def _finish(self, request_id: str, reason: str) -> None:
+    def _finish(self, request_id: str, reason: str, why: str = "") -> None:
         rec = self.records[request_id]
         if rec.finish_reason is not None:
             return
+        if reason == "error":
+            self.failures[request_id] = why or "error"
         rec.finish_time = self.loop.now()
         rec.finish_reason = reason
         self._log("finish", request_id, reason, len(rec.output_token_ids))
@@ -235,21 +288,92 @@ class InProcCluster:
             raise ValueError(f"node {name!r} is unknown; allowed: {', '.join(self.nodes)}")
         self.loop.at(at, self._kill, name)
 
+    def inject_chaos(self, config: ChaosConfig) -> list[Fault]:
+        """Plan seeded random faults (`cluster.chaos`) and schedule them; the
+        run's result then carries `extra["chaos"]`, the report."""
+        faults = plan_faults(config, [n.name for n in self.prefill_nodes], [n.name for n in self.decode_nodes])
+        for fault in faults:
+            end = fault.at + fault.duration
+            if fault.kind == "kill":
+                self.kill_node_at(fault.target, fault.at)
+            elif fault.kind in ("partition", "loss_burst"):
+                consumer, producer = fault.target.split(">")
+                link = self._kv_link(consumer, producer)
+                for line in (link.forward, link.reverse):
+                    line.add_fault(fault.at, end, fault.loss)
+            elif fault.kind == "slow_stage":
+                self._executors[fault.target].slow_windows.append((fault.at, end, fault.factor))
+            self._log("chaos", fault.kind, fault.target, fault.at, fault.duration)
+        self.chaos_faults = faults
+        return faults
+
     def _kill(self, name: str) -> None:
         node = self.nodes[name]
+        if not node.alive:
+            return
         node.kill()
         self._log("kill", name)
+        self._node_gone(node, "was killed")
+
+    def _connection_broken(self, name: str) -> None:
+        """The proxy's connection to a node broke: the node is gone to the run."""
+        node = self.nodes[name]
+        if node.alive:
+            node.kill()
+            self._log("disconnected", name)
+            self._node_gone(node, "lost its proxy connection")
+
+    def _node_gone(self, node: NodeRole, why: str) -> None:
         # The proxy stops routing to it (it notices the dead connection).
         live_prefill = [n for n in self.prefill_nodes if n.alive]
         live_decode = [n for n in self.decode_nodes if n.alive]
-        self.prefill_router = Router(live_prefill, self.spec.routing, NodeRole.load) if live_prefill else None
-        if live_decode:
-            self.decode_router = Router(live_decode, self.spec.routing, NodeRole.load)
-        # Requests the proxy had sent there are lost to it: fail them.
-        for req_id, at in self._node_of.items():
-            rec = self.records.get(req_id)
-            if at is node and rec is not None and rec.finish_reason is None:
-                self._finish(req_id, "error")
+        self.prefill_router = (
+            Router(live_prefill, self.spec.routing, NodeRole.load, self._prefill_index) if live_prefill else None
+        )
+        self.decode_router = (
+            Router(live_decode, self.spec.routing, NodeRole.load, self._decode_index) if live_decode else None
+        )
+        lost = [r for r, at in self._node_of.items() if at is node and self.records[r].finish_reason is None]
+        for req_id in lost:
+            if node.role == "decode" and self.decode_router is not None:
+                self._reroute(req_id)
+            else:
+                # A prompt being prefilled there is lost with it (or no decode node is left).
+                self._release_at_prefill(req_id)
+                self._finish(req_id, "error", f"{node.name} {why}")
+
+    def _reroute(self, request_id: str) -> None:
+        """A request whose decode node died goes to a live one, computed there
+        from scratch: its prompt plus the tokens the client already has, for
+        the tokens still to come (sampling is per position, so they continue
+        the stream exactly). The prefill node's blocks for it are released."""
+        assert self.decode_router is not None
+        self._release_at_prefill(request_id)
+        w, rec = self._workload[request_id], self.records[request_id]
+        delivered = len(rec.output_token_ids)
+        if delivered >= w.output_len:
+            self._finish(request_id, "error", "its decode node died after the last token")
+            return
+        self.rerouted[request_id] = self.rerouted.get(request_id, 0) + 1
+        dnode = self.decode_router.pick(self._hashes(self._workload[request_id]))
+        self._log("reroute", request_id, dnode.name, delivered)
+        message = RequestMessage(
+            request_id,
+            w.prompt_len + delivered,
+            w.output_len - delivered,
+            rec.arrival_time,
+            w.priority,
+            None,
+            self.spec.sampler.ignore_eos,
+        )
+        self._send(dnode, message)
+
+    def _release_at_prefill(self, request_id: str) -> None:
+        prefill = self._prefill_of.pop(request_id, None)
+        if prefill is not None and prefill.alive:
+            arrival = self._proxy_links[prefill.name][0].transit(self.loop.now(), REQUEST_BYTES)
+            if arrival is not None:
+                self.loop.at(arrival, prefill.release, [request_id])
 
     # -- run ---------------------------------------------------------------------------
     def run(self, until: float | None = None, max_events: int | None = 50_000_000) -> RunResult:
@@ -266,8 +390,10 @@ class InProcCluster:
         errors = check_requests(
             records, sampler.token_at, sampler.eos_token_id, self.spec.decode.engine.max_model_len, self._workload
         )
+        node_errors = 0
         for report in reports.values():
             errors.extend(report.invariant_errors)
+            node_errors += len(report.invariant_errors)
         # As on Ray (and in `vllm bench serve`), the run lasted until its last
         # request finished; the nodes' tail (freeing held blocks) is not in it.
         ends = [r.finish_time for r in records if r.finish_time is not None]
@@ -281,7 +407,18 @@ class InProcCluster:
             violations=[v for r in reports.values() for v in r.violations],
             invariant_errors=errors,
             trace=self.trace,
-            extra={"num_events": self.loop.num_events, "kv_pulls": kv_pull_summary(node_counters)},
+            extra={
+                "num_events": self.loop.num_events,
+                "kv_pulls": kv_pull_summary(node_counters),
+                "failures": dict(self.failures),
+                "rerouted": dict(self.rerouted),
+                "events_rejected": self.events_rejected,
+                **(
+                    {"chaos": chaos_report(self.chaos_faults, records, errors, node_errors).to_dict()}
+                    if self.chaos_faults is not None
+                    else {}
+                ),
+            },
         )
 
 

@@ -6,6 +6,7 @@ Stage-to-stage hops go through the stage link."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from connector.link import Link
@@ -21,7 +22,17 @@ class VirtualPipelineExecutor:
         self.loop = loop
         self.pipeline = StagePipeline(pp_size, stage_link)
         self.busy_time = 0.0
+        # Chaos mode: (start, end, factor) windows in which steps take longer.
+        self.slow_windows: list[tuple[float, float, float]] = []
 
     def execute(self, plan: StepPlan, duration_s: float, on_done: StepDone, on_error: Callable[[str], None]) -> None:
+        now = self.loop.now()
+        for start, end, factor in self.slow_windows:
+            if start <= now < end:
+                duration_s *= factor
         self.busy_time += duration_s
-        self.loop.at(self.pipeline.finish_time(self.loop.now(), duration_s), on_done, plan, None)
+        done_at = self.pipeline.finish_time(self.loop.now(), duration_s)
+        if math.isinf(done_at):
+            self.loop.call_soon(on_error, "a stage link broke")
+            return
+        self.loop.at(done_at, on_done, plan, None)

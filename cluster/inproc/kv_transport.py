@@ -11,6 +11,7 @@ as the gRPC transport does:
     attempt's timeout: DEADLINE_EXCEEDED at the timeout
     producer gone: PRODUCER_UNAVAILABLE when the request would have reached it
     producer does not hold them: UNKNOWN_REQUEST when its answer arrives
+    wrong ticket, or another consumer's request: REJECTED when its answer arrives
     done report: report -> producer's `on_done_report` -> ack; lost either
     way: not delivered, at the timeout
 
@@ -26,6 +27,8 @@ from connector.link import Direction, Link
 from connector.transport import (
     DoneReport,
     DoneReportResult,
+    KVAccessControl,
+    KVAccessDenied,
     KVServeEndpoint,
     OnBlock,
     PullAttempt,
@@ -92,14 +95,19 @@ class InProcKVTransport:
             return
         link = self._link(attempt.remote_address)
         try:
+            if isinstance(producer, KVAccessControl):
+                producer.authorize(attempt.remote_request_id, attempt.ticket, self.consumer)
             num_tokens = producer.check_blocks(attempt.remote_request_id, attempt.remote_block_ids)
-        except (UnknownRequestError, UnknownBlockError) as err:
+        except (UnknownRequestError, UnknownBlockError, KVAccessDenied) as err:
             answer = link.transit(now, ANSWER_BYTES, Direction.REVERSE)
             if answer is None or answer > timeout_at:
                 self._timeout(attempt, on_result, timeout_at)
                 return
-            result = PullAttemptResult(attempt, failure=PullFailure.UNKNOWN_REQUEST, reason=f"not held: {err.args[0]}")
-            self.loop.at(answer, on_result, result)
+            if isinstance(err, KVAccessDenied):
+                failure, reason = PullFailure.REJECTED, f"PERMISSION_DENIED: {err}"
+            else:
+                failure, reason = PullFailure.UNKNOWN_REQUEST, "NOT_FOUND: not held"
+            self.loop.at(answer, on_result, PullAttemptResult(attempt, failure=failure, reason=reason))
             return
         nbytes = num_tokens * self.bytes_per_token
         arrival = link.transit(now, nbytes, Direction.REVERSE)
@@ -126,12 +134,18 @@ class InProcKVTransport:
         if producer is None or not producer.alive:
             on_result(DoneReportResult(report, delivered=False))
             return
+        refused = False
+        try:
+            if isinstance(producer, KVAccessControl):
+                producer.authorize(report.remote_request_id, report.ticket, self.consumer)
+        except (UnknownRequestError, KVAccessDenied):
+            refused = True
         key = (report.remote_address, report.remote_request_id)
-        if key not in self._reported:
+        if not refused and key not in self._reported:
             self._reported.add(key)
             producer.on_done_report(report.remote_request_id, report.success)
         ack = self._link(report.remote_address).transit(self.loop.now(), ANSWER_BYTES, Direction.REVERSE)
         if ack is None or ack > timeout_at:
             self.loop.at(timeout_at, on_result, DoneReportResult(report, delivered=False))
             return
-        self.loop.at(ack, on_result, DoneReportResult(report, delivered=True))
+        self.loop.at(ack, on_result, DoneReportResult(report, delivered=not refused, final=refused))

@@ -117,10 +117,24 @@ class PrefillNodeActor(_NodeShell):
 @ray.remote(num_cpus=0)
 class StageWorkerActor:
     def __init__(
-        self, index: int, pp_size: int, sampler_seed: int, stop_probability: float, link_to_next, link_seed: int
+        self,
+        index: int,
+        pp_size: int,
+        sampler_seed: int,
+        stop_probability: float,
+        link_to_next,
+        link_seed: int,
+        secret: bytes | None = None,
     ) -> None:
         self.worker = StageWorker(
-            index, pp_size, sampler_seed, stop_probability, link_to_next, link_seed, host=ray.util.get_node_ip_address()
+            index,
+            pp_size,
+            sampler_seed,
+            stop_probability,
+            link_to_next,
+            link_seed,
+            host=ray.util.get_node_ip_address(),
+            secret=secret,
         )
 
     async def ready(self) -> dict:
@@ -159,7 +173,7 @@ class DecodeNodeActor(_NodeShell):
         self.stage_name_prefix = stage_name_prefix
         self.stages: list = []
         self.stage_addresses: list[tuple[str, int]] = []
-        self.runner = StageStreamExecutor(pp_size=spec.pipeline_parallel_size)
+        self.runner = StageStreamExecutor(pp_size=spec.pipeline_parallel_size, secret=settings.secret)
         self.host = WallNodeHost("decode", spec, settings, runner=self.runner, on_step=self._on_step)
 
     async def start(self) -> dict:
@@ -179,6 +193,7 @@ class DecodeNodeActor(_NodeShell):
                     self.spec.stop_probability,
                     s.stage_link,
                     s.link_seed * 100 + index,
+                    s.secret,
                 )
             )
         self.stage_addresses = [tuple(a) for a in await asyncio.gather(*(st.serve.remote() for st in self.stages))]

@@ -4,8 +4,11 @@
 `ProxyServer` is the plain part: nodes connect to it over framed TCP
 (`cluster/wall/proxy_channel.py`) — requests go out and events come in, in
 order, on one connection per node — and a node whose connection closes is
-gone: the requests it was prefilling fail with finish reason "error" and it
-leaves the routers. `ProxyActor` is its Ray shell: it adds a Ray liveness
+gone: the requests it was prefilling fail with finish reason "error", those
+it was decoding go to another decode node, and it leaves the routers. With a
+run secret, a connection must pass the challenge (`cluster/wall/auth.py`)
+under the name it then says hello with; a node already connected is never
+replaced by a second connection. `ProxyActor` is its Ray shell: it adds a Ray liveness
 watch per node (for a node that dies before it connects) and streams the
 client events to the driver as a Ray streaming generator.
 """
@@ -18,9 +21,10 @@ import time
 from collections.abc import Callable
 
 from cluster.ray.env import ray
+from cluster.wall.auth import AuthError, challenge
 from cluster.wall.clock import RunClock
 from cluster.wall.frames import FrameConnection, FrameError, serve
-from node.messages import RequestMessage
+from node.messages import ProxyMessage
 
 from ..client_events import ClientEvent, Submission
 from ..spec import ClusterSpec
@@ -42,11 +46,14 @@ class ProxyServer:
         prefill: list[str],
         decode: list[str],
         publish: Callable[[list[ClientEvent]], None],
+        secret: bytes | None = None,
     ) -> None:
         self.names = set(prefill) | set(decode)
         self.router = ProxyRouter(spec, seed, clock, prefill, decode, self._send, publish)
+        self.secret = secret
         self.conns: dict[str, FrameConnection] = {}
-        self._unsent: dict[str, list[list[RequestMessage]]] = {}
+        self._unsent: dict[str, list[list[ProxyMessage]]] = {}
+        self.connections_refused = 0
         self._server: asyncio.Server | None = None
         self.closing = False
         self.messages_in = 0
@@ -63,11 +70,22 @@ class ProxyServer:
             self.router.node_died(name)
 
     async def _on_connection(self, conn: FrameConnection) -> None:
-        hello = await conn.recv()
+        try:
+            who = await challenge(conn, self.secret) if self.secret is not None else None
+            hello = await conn.recv(max_bytes=1024)
+        except (AuthError, FrameError) as err:
+            self._refuse(f"handshake failed: {err}")
+            return
         if not (isinstance(hello, list) and len(hello) == 2 and hello[0] == "hello" and hello[1] in self.names):
-            logger.warning("proxy: unexpected first frame %r", hello)
+            self._refuse("unexpected first frame")
             return
         name = hello[1]
+        if who is not None and who != name:
+            self._refuse(f"authenticated as {who!r} but said hello as another node")
+            return
+        if name in self.conns or name in self.router.dead:
+            self._refuse(f"{name} is already connected (or gone)")
+            return
         self.conns[name] = conn
         for messages in self._unsent.pop(name, []):
             self._send(name, messages)
@@ -82,12 +100,16 @@ class ProxyServer:
             logger.warning("proxy: %s broke the framing: %s", name, err)
         self.node_gone(name)  # the connection closed: the node's process is gone (or stopping)
 
-    def _send(self, node: str, messages: list[RequestMessage]) -> None:
+    def _refuse(self, why: str) -> None:
+        self.connections_refused += 1
+        logger.warning("proxy: refused a connection: %s", why)
+
+    def _send(self, node: str, messages: list[ProxyMessage]) -> None:
         conn = self.conns.get(node)
         if conn is None:
             self._unsent.setdefault(node, []).append(messages)  # not connected yet
         elif not conn.send(["req", [m.to_wire() for m in messages]]):
-            self.router.send_failed(node, [m.request_id for m in messages])
+            self.router.send_failed(node, [m.request_id for m in messages if hasattr(m, "request_id")])
 
     async def close(self) -> None:
         self.closing = True
@@ -110,11 +132,13 @@ class ProxyActor:
     async def ready(self) -> dict:
         return {"name": "proxy", "ray_node_id": ray.get_runtime_context().get_node_id()}
 
-    async def begin(self, spec_json: str, seed: int, start_wall: float, prefill: dict, decode: dict) -> tuple[str, int]:
+    async def begin(
+        self, spec_json: str, seed: int, start_wall: float, prefill: dict, decode: dict, secret: bytes | None = None
+    ) -> tuple[str, int]:
         """Start routing; returns the address the nodes connect to."""
         spec = ClusterSpec.model_validate_json(spec_json)
         self.server = ProxyServer(
-            spec, seed, RunClock.from_wall_start(start_wall), list(prefill), list(decode), self._publish
+            spec, seed, RunClock.from_wall_start(start_wall), list(prefill), list(decode), self._publish, secret
         )
         address = await self.server.start(ray.util.get_node_ip_address())
         for name, handle in {**prefill, **decode}.items():
@@ -160,5 +184,13 @@ class ProxyActor:
         stats = {"proxy_cpu_s": time.process_time()}
         if self.server is not None:
             await self.server.close()
-            stats.update(proxy_messages_in=self.server.messages_in, outstanding=dict(self.server.router.outstanding))
+            router = self.server.router
+            stats.update(
+                proxy_messages_in=self.server.messages_in,
+                outstanding=dict(router.outstanding),
+                failures=dict(router.failures),
+                rerouted=dict(router.rerouted),
+                events_rejected=router.events_rejected,
+                connections_refused=self.server.connections_refused,
+            )
         return stats

@@ -5,7 +5,13 @@ node with `max_tokens=1` and `do_remote_decode`, then with the returned
 client events. Routing is round-robin or least-loaded over the live nodes,
 least-loaded counting the requests outstanding at each node. Each
 proxy<->node edge is a `Link` applied here, in wall time (a lost message is
-resent at once: the proxy's transport is reliable, as in-process).
+retransmitted, never overtaken: the proxy's transport is TCP, as in-process).
+
+A node's events count only for the requests routed to that node; others are
+dropped (`events_rejected`). When a decode node dies, its requests go to a
+live decode node, computed there from scratch (their prompt plus the tokens
+the client already has), and the prefill node that holds their blocks is
+told to release them; with no decode node left they fail.
 
 Client events (`cluster.client_events`), times in run seconds stamped here.
 """
@@ -19,10 +25,18 @@ from dataclasses import dataclass
 from cluster.wall.clock import RunClock
 from cluster.wall.delay_line import DelayedMailbox
 from connector.link import Link
-from node.messages import KVEvent, MessageError, NodeEvent, RequestMessage, event_from_wire
+from node.messages import (
+    KVEvent,
+    MessageError,
+    NodeEvent,
+    ProxyMessage,
+    ReleaseMessage,
+    RequestMessage,
+    event_from_wire,
+)
 
 from ..client_events import Arrived, ClientEvent, Finished, Scheduled, Submission, Tokens
-from ..router import Router
+from ..router import PrefixIndex, Router
 from ..spec import ClusterSpec
 
 logger = logging.getLogger(__name__)
@@ -43,6 +57,12 @@ class _Req:
     done: bool = False
     sched_sent: bool = False
     counted: bool = False  # included in `outstanding[node]`
+    prefill_node: str = ""  # holds the prompt's blocks until the decode node pulls them
+    delivered: int = 0  # tokens streamed to the client
+    prompt_segments: tuple[tuple[int, int], ...] = ()
+
+
+_GONE = _Req("", 0, 0, 0, 0.0)
 
 
 class ProxyRouter:
@@ -56,7 +76,7 @@ class ProxyRouter:
         clock: RunClock,
         prefill: list[str],
         decode: list[str],
-        send: Callable[[str, list[RequestMessage]], None],
+        send: Callable[[str, list[ProxyMessage]], None],
         publish: Callable[[list[ClientEvent]], None],
     ) -> None:
         if not decode:
@@ -71,7 +91,12 @@ class ProxyRouter:
         self.dead: set[str] = set()
         self.outstanding: dict[str, int] = {n: 0 for n in self.prefill + self.decode}
         self.requests: dict[str, _Req] = {}
+        self.failures: dict[str, str] = {}  # request id -> why it finished with "error"
+        self.rerouted: dict[str, int] = {}
+        self.events_rejected = 0
         self._routers: dict[str, Router | None] = {}
+        # Prefix-aware routing's memory per role (kept when routers are rebuilt).
+        self._prefix_index: dict[str, PrefixIndex[str]] = {"prefill": PrefixIndex(), "decode": PrefixIndex()}
         self._rebuild_routers()
         links = spec.links.proxy.to_spec()
         self._to_node: dict[str, DelayedMailbox] = {}
@@ -79,18 +104,25 @@ class ProxyRouter:
         for i, name in enumerate(self.prefill + self.decode):
             link = Link(links, seed=seed * 1000 + 500 + i)
             ideal = link.is_ideal
+            broken = lambda name=name: self.node_died(name)  # noqa: E731
             self._to_node[name] = DelayedMailbox(
-                clock, None if ideal else link.forward, lambda batch, name=name: self._deliver_to_node(name, batch)
+                clock,
+                None if ideal else link.forward,
+                lambda batch, name=name: self._deliver_to_node(name, batch),
+                broken,
             )
             self._from_node[name] = DelayedMailbox(
-                clock, None if ideal else link.reverse, lambda batch, name=name: self._on_node_events(name, batch)
+                clock,
+                None if ideal else link.reverse,
+                lambda batch, name=name: self._on_node_events(name, batch),
+                broken,
             )
 
     def _rebuild_routers(self) -> None:
         load = self.outstanding.__getitem__
         for role, names in (("prefill", self.prefill), ("decode", self.decode)):
             live = [n for n in names if n not in self.dead]
-            self._routers[role] = Router(live, self.spec.routing, load) if live else None
+            self._routers[role] = Router(live, self.spec.routing, load, self._prefix_index[role]) if live else None
 
     # -- client side ------------------------------------------------------------
     def submit(self, items: list[Submission]) -> None:
@@ -100,6 +132,7 @@ class ProxyRouter:
             if item.request_id in self.requests:
                 raise ValueError(f"duplicate request id {item.request_id!r}")
             req = _Req(item.request_id, item.prompt_len, item.output_len, item.priority, now)
+            req.prompt_segments = tuple(item.prompt_segments)
             self.requests[item.request_id] = req
             events.append(Arrived(item.request_id, now))
         self.publish(events)
@@ -110,31 +143,47 @@ class ProxyRouter:
             else:
                 self._route(req, "decode", req.output_len, None)
 
-    def _route(self, req: _Req, role: str, max_tokens: int, params: dict | None) -> None:
+    def _route(self, req: _Req, role: str, max_tokens: int, params: dict | None, prompt_extra: int = 0) -> None:
         router = self._routers[role]
         if router is None:
-            self._finish(req, "error")
+            self._release_at_prefill(req)
+            self._finish(req, "error", why=f"no live {role} node")
             return
-        node = router.pick()
+        node = router.pick(self.spec.prompt_hashes(req.request_id, req.prompt_len, req.prompt_segments))
         req.node, req.phase, req.counted = node, role, True
         self.outstanding[node] += 1
         message = RequestMessage(
-            req.request_id, req.prompt_len, max_tokens, req.arrival, req.priority, params, self.spec.sampler.ignore_eos
+            req.request_id,
+            req.prompt_len + prompt_extra,
+            max_tokens,
+            req.arrival,
+            req.priority,
+            params,
+            self.spec.sampler.ignore_eos,
+            # A re-routed request's prompt grew by what was streamed: content of its own.
+            list(req.prompt_segments) if req.prompt_segments and not prompt_extra else None,
         )
         self._to_node[node].put(message, REQUEST_BYTES)
 
-    def _deliver_to_node(self, node: str, messages: list[RequestMessage]) -> None:
+    def _deliver_to_node(self, node: str, messages: list[ProxyMessage]) -> None:
         if node in self.dead:
-            self.send_failed(node, [m.request_id for m in messages])
+            self.send_failed(node, [m.request_id for m in messages if isinstance(m, RequestMessage)])
             return
-        self.send(node, messages)
+        # A request re-routed while its message was on the way is not sent.
+        live = [
+            m
+            for m in messages
+            if isinstance(m, ReleaseMessage) or (self.requests.get(m.request_id) or _GONE).node == node
+        ]
+        if live:
+            self.send(node, live)
 
     def send_failed(self, node: str, request_ids: list[str]) -> None:
         """The node could not take these requests (its actor is gone)."""
         for request_id in request_ids:
             req = self.requests.get(request_id)
             if req is not None and not req.done and req.node == node:
-                self._finish(req, "error")
+                self._finish(req, "error", why=f"{node} could not take it")
 
     # -- node side --------------------------------------------------------------
     def node_events(self, node: str, wires: list) -> None:
@@ -142,6 +191,7 @@ class ProxyRouter:
         try:
             events = [event_from_wire(w) for w in wires]
         except MessageError as err:
+            self.events_rejected += len(wires)
             logger.warning("proxy: bad events from %s: %s", node, err)
             return
         self._from_node[node].put(events, OUTPUT_BYTES * len(events))
@@ -155,6 +205,11 @@ class ProxyRouter:
                 req = self.requests.get(ev.request_id)
                 if req is None or req.done:
                     continue
+                if req.node != node:
+                    # Not routed there (any more): a dead decode node's last
+                    # tokens, or a node speaking of another node's request.
+                    self.events_rejected += 1
+                    continue
                 if isinstance(ev, KVEvent):
                     out.append(ev)
                     continue
@@ -167,6 +222,7 @@ class ProxyRouter:
                         continue  # the prefill's own token is not streamed: decode resamples it
                     self._release(req)
                     if params and reason == "length":
+                        req.prefill_node = node
                         self._route(req, "decode", req.output_len, dict(params))
                     else:
                         # A first token that is EOS ends the request at the
@@ -176,12 +232,20 @@ class ProxyRouter:
                         out.append(self._finish(req, reason or "error", publish=False))
                     continue
                 if tokens:
+                    req.delivered += len(tokens)
                     out.append(Tokens(rid, tokens, now))
                 if reason is not None:
-                    out.append(self._finish(req, reason, ev.num_preemptions, publish=False))
+                    why = ""
+                    if reason == "error":
+                        why = f"{node}: " + (str(params.get("rejected"))[:200] if params else "finished with an error")
+                    out.append(self._finish(req, reason, ev.num_preemptions, publish=False, why=why))
         self.publish(out)
 
-    def _finish(self, req: _Req, reason: str, num_preemptions: int = 0, publish: bool = True) -> Finished:
+    def _finish(
+        self, req: _Req, reason: str, num_preemptions: int = 0, publish: bool = True, why: str = ""
+    ) -> Finished:
+        if reason == "error":
+            self.failures[req.request_id] = why or "error"
         req.done = True
         self._release(req)
         del self.requests[req.request_id]
@@ -201,9 +265,31 @@ class ProxyRouter:
         self.dead.add(node)
         self._rebuild_routers()
         lost = [r for r in self.requests.values() if r.node == node and not r.done]
+        rerouted = 0
         for req in lost:
-            self._finish(req, "error")
-        logger.warning("proxy: node %s is gone; %d request(s) there failed", node, len(lost))
+            self._release(req)
+            if req.phase == "decode" and self._routers["decode"] is not None and req.delivered < req.output_len:
+                self._reroute(req)
+                rerouted += 1
+            else:
+                self._release_at_prefill(req)
+                self._finish(req, "error", why=f"{node} is gone")
+        logger.warning(
+            "proxy: node %s is gone; %d request(s) there re-routed, %d failed", node, rerouted, len(lost) - rerouted
+        )
+
+    def _reroute(self, req: _Req) -> None:
+        """From scratch on a live decode node: the prompt plus the tokens the
+        client already has, for the rest (sampling is per position, so the
+        stream continues exactly)."""
+        self._release_at_prefill(req)
+        self.rerouted[req.request_id] = self.rerouted.get(req.request_id, 0) + 1
+        self._route(req, "decode", req.output_len - req.delivered, None, prompt_extra=req.delivered)
+
+    def _release_at_prefill(self, req: _Req) -> None:
+        node, req.prefill_node = req.prefill_node, ""
+        if node and node not in self.dead:
+            self._to_node[node].put(ReleaseMessage([req.request_id]), REQUEST_BYTES)
 
     def close(self) -> None:
         for box in list(self._to_node.values()) + list(self._from_node.values()):

@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable
 
 from cluster.ray.env import ray
+from cluster.wall.auth import new_run_secret
 from cluster.wall.clock import RunClock
 from cluster.wall.node_host import WallNodeSettings
 from engine.records import WorkloadRequest
@@ -184,6 +185,9 @@ class _RayRun:
         self.info: dict[str, dict] = {}
         self.proxy = None
         self.killed: dict[str, float] = {}
+        # One secret per run, handed to every actor in its constructor
+        # arguments (Ray's own channels; never logged): docs/security.md.
+        self.secret = new_run_secret()
 
     def _settings(self, index: int) -> WallNodeSettings:
         s = self.spec
@@ -192,6 +196,7 @@ class _RayRun:
             stage_link=s.links.stage.to_spec(),
             kv_link=s.links.kv.to_spec(),
             link_seed=self.seed * 1000 + index + 1,
+            secret=self.secret,
         )
 
     def launch(self) -> None:
@@ -237,7 +242,7 @@ class _RayRun:
         by_role = {r: {n: a for n, a in self.nodes.items() if self.roles[n] == r} for r in ("prefill", "decode")}
         proxy_address = await asyncio.wait_for(
             self.proxy.begin.remote(
-                self.spec.model_dump_json(), self.seed, start_wall, by_role["prefill"], by_role["decode"]
+                self.spec.model_dump_json(), self.seed, start_wall, by_role["prefill"], by_role["decode"], self.secret
             ),
             CALL_TIMEOUT_S,
         )

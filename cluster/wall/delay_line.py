@@ -1,9 +1,10 @@
 """One direction of an impaired link in wall time, for the application-level
 links (proxy <-> nodes, stage -> stage): items go in, come out in FIFO order
 after the `DelayLine`'s transit, and those due together are delivered as one
-batch. A message the link model drops is delivered at once: these links
-model reliable transports, whose loss shows up as no extra delay (as
-in-process)."""
+batch. These links are TCP connections: a message the link model drops is
+retransmitted (`connector.link.ReliableLine`), so loss shows up as delay and
+never reorders (as in-process). If an outage outlasts the retransmissions,
+the connection is broken: `on_broken` is called and the mailbox stops."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 
-from connector.link import DelayLine
+from connector.link import DelayLine, ReliableLine
 
 from .clock import RunClock
 
@@ -20,19 +21,35 @@ logger = logging.getLogger(__name__)
 
 
 class DelayedMailbox:
-    def __init__(self, clock: RunClock, line: DelayLine | None, deliver: Callable[[list], None]) -> None:
+    def __init__(
+        self,
+        clock: RunClock,
+        line: DelayLine | None,
+        deliver: Callable[[list], None],
+        on_broken: Callable[[], None] | None = None,
+    ) -> None:
         self.clock = clock
-        self.line = line
+        self.line = None if line is None else ReliableLine(line)
         self.deliver = deliver
+        self.on_broken = on_broken
+        self.broken = False
         self._queue: deque[tuple[float, object]] = deque()
         self._last = 0.0
         self._wakeup = asyncio.Event()
         self._task = asyncio.ensure_future(self._run())
 
     def put(self, item: object, nbytes: int) -> None:
+        if self.broken:
+            return
         now = self.clock.now()
-        arrival = None if self.line is None else self.line.transit(now, nbytes)
-        self._last = max(self._last, now if arrival is None else arrival)
+        arrival = now if self.line is None else self.line.transit(now, nbytes)
+        if arrival is None:
+            self.broken = True
+            logger.error("link broken: an outage outlasted the retransmissions")
+            if self.on_broken is not None:
+                self.on_broken()
+            return
+        self._last = max(self._last, arrival)
         self._queue.append((self._last, item))
         self._wakeup.set()
 

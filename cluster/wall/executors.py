@@ -12,6 +12,7 @@ per step; its outcome comes back as `on_done` / `on_error`). Two runners:
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from typing import Protocol
 
@@ -46,7 +47,10 @@ class LocalPipeline:
 
     async def execute(self, plan: StepPlan, wall_duration: float) -> None:
         run_clock = self.clock.run_clock
-        await run_clock.sleep_until(self.pipeline.finish_time(run_clock.now(), wall_duration))
+        done_at = self.pipeline.finish_time(run_clock.now(), wall_duration)
+        if math.isinf(done_at):
+            raise ConnectionError("a stage link broke")
+        await run_clock.sleep_until(done_at)
         return None
 
     async def close(self) -> None:

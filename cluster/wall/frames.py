@@ -61,13 +61,14 @@ class FrameConnection:
         self.frames_sent += 1
         return True
 
-    async def recv(self) -> Any:
-        """The next frame, or None once the peer has closed the connection."""
+    async def recv(self, max_bytes: int = MAX_FRAME_BYTES) -> Any:
+        """The next frame, or None once the peer has closed the connection.
+        `max_bytes` lowers the size limit (before a peer has authenticated)."""
         try:
             header = await self.reader.readexactly(_HEADER.size)
             (size,) = _HEADER.unpack(header)
-            if size > MAX_FRAME_BYTES:
-                raise FrameError(f"peer announced a frame of {size} bytes (limit {MAX_FRAME_BYTES})")
+            if size > max_bytes:
+                raise FrameError(f"peer announced a frame of {size} bytes (limit {max_bytes})")
             body = await self.reader.readexactly(size)
         except (asyncio.IncompleteReadError, ConnectionError):
             return None
@@ -75,7 +76,7 @@ class FrameConnection:
         try:
             return msgpack.unpackb(body, raw=False, strict_map_key=False)
         except Exception as err:
-            raise FrameError(f"undecodable frame: {err}") from err
+            raise FrameError(f"undecodable frame ({type(err).__name__})") from None
 
     async def close(self) -> None:
         if not self.writer.is_closing():

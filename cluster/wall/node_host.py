@@ -17,10 +17,12 @@ Ray's actor shells (`cluster.ray.actors`) wrap a host and only forward.
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from connector.grpc import GrpcKVTransport, KVHandoffServer
+from connector.grpc.security import KVSecurity
 from connector.link import Link, LinkSpec
 from decode_node.node import DecodeNode
 from engine.node_core import NodeSpec
@@ -31,6 +33,7 @@ from node.role import NodeReport
 from node.settings import NodeSettings
 from prefill_node.node import PrefillNode
 
+from .auth import derive_key
 from .clock import WallClock
 from .executors import LocalPipeline, StepRunner, WallExecutor
 from .proxy_channel import ProxyChannel
@@ -49,6 +52,17 @@ class WallNodeSettings:
     link_seed: int = 0
     # Host the producer's KV server binds and advertises.
     kv_host: str = "127.0.0.1"
+    # The run's shared secret (docs/security.md): authenticates the proxy
+    # channel, the stage links and (as a derived token) every KV call, and
+    # keys this node's KV tickets. None: no authentication (tests that build
+    # nodes by hand); tickets are then keyed at random.
+    secret: bytes | None = field(default=None, repr=False)
+    # TLS of the KV handoff (certificates; the token comes from `secret`).
+    kv_tls: KVSecurity | None = None
+
+    def kv_security(self) -> KVSecurity:
+        token = None if self.secret is None else derive_key(self.secret, "kv-grpc").hex()
+        return replace(self.kv_tls or KVSecurity(), auth_token=token)
 
 
 class WallNodeHost:
@@ -72,22 +86,30 @@ class WallNodeHost:
             stage_link = Link(link, seed=settings.link_seed) if pp > 1 and link is not None else None
             runner = LocalPipeline(pp, self.clock, stage_link)
         self.executor = WallExecutor(runner)
-        self.channel = ProxyChannel(spec.name, self._on_requests)
+        secret = settings.secret
+        ticket_key = derive_key(secret, f"tickets/{spec.name}") if secret is not None else secrets.token_bytes(32)
+        node_settings = replace(settings.node, ticket_key=ticket_key)
+        on_release = self._on_release if role == "prefill" else None
+        self.channel = ProxyChannel(spec.name, self._on_requests, on_release, settings.secret)
         ports = NodePorts(self.clock, self.executor, self.channel.emit)
+        security = settings.kv_security()
         self.server: KVHandoffServer | None = None
         self.kv: GrpcKVTransport | None = None
         self.node: PrefillNode | DecodeNode
         if role == "prefill":
-            self.node = PrefillNode(spec, settings.node, ports, on_step)
-            self.server = KVHandoffServer(self.node, on_done=self.node.on_done_report, host=settings.kv_host)
+            self.node = PrefillNode(spec, node_settings, ports, on_step)
+            self.server = KVHandoffServer(
+                self.node, on_done=self.node.on_done_report, host=settings.kv_host, security=security
+            )
         else:
             self.kv = GrpcKVTransport(
                 link=settings.kv_link,
                 link_seed=settings.link_seed,
                 link_epoch=self.clock.run_clock.epoch,
                 consumer_id=spec.name,
+                security=security,
             )
-            self.node = DecodeNode(spec, settings.node, ports, self.kv, on_step)
+            self.node = DecodeNode(spec, node_settings, ports, self.kv, on_step)
 
     async def start(self) -> str:
         """Bind the KV server (a producer); its address goes into every `kv_transfer_params`."""
@@ -108,6 +130,10 @@ class WallNodeHost:
 
     def _on_requests(self, messages: list[RequestMessage]) -> None:
         self.node.on_requests(messages)
+
+    def _on_release(self, request_ids: list[str]) -> None:
+        if isinstance(self.node, PrefillNode):
+            self.node.release(request_ids)
 
     def busy(self) -> bool:
         return self.node.busy()

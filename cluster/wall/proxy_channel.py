@@ -2,8 +2,9 @@
 opened by the node. Requests come in on it, the node's events go out on it,
 in order; when the node's process dies the proxy sees the connection close.
 
+    (with a run secret: the proxy's challenge and the node's answer first, `auth.py`)
     node -> proxy: ["hello", node_name] first, then ["ev", [event wire, ...]]
-    proxy -> node: ["req", [RequestMessage wire, ...]]
+    proxy -> node: ["req", [RequestMessage or ReleaseMessage wire, ...]]
 
 `emit` is the node's outbox port: the events of one event-loop pass go out
 as one frame, so steps that finish together cost one message, in order.
@@ -15,17 +16,26 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from node.messages import MessageError, NodeEvent, RequestMessage
+from node.messages import MessageError, NodeEvent, ReleaseMessage, RequestMessage, proxy_message_from_wire, short
 
+from .auth import answer
 from .frames import FrameConnection, FrameError
 
 logger = logging.getLogger(__name__)
 
 
 class ProxyChannel:
-    def __init__(self, node_name: str, on_requests: Callable[[list[RequestMessage]], None]) -> None:
+    def __init__(
+        self,
+        node_name: str,
+        on_requests: Callable[[list[RequestMessage]], None],
+        on_release: Callable[[list[str]], None] | None = None,
+        secret: bytes | None = None,
+    ) -> None:
         self.node_name = node_name
         self.on_requests = on_requests
+        self.on_release = on_release
+        self._secret = secret
         self.conn: FrameConnection | None = None
         self._reader: asyncio.Task | None = None
         self._pending: list[list] = []
@@ -35,6 +45,8 @@ class ProxyChannel:
 
     async def connect(self, host: str, port: int) -> None:
         self.conn = await FrameConnection.open(host, port)
+        if self._secret is not None:
+            await answer(self.conn, self._secret, self.node_name)
         self.conn.send(["hello", self.node_name])
         self._reader = asyncio.ensure_future(self._read())
         if self._pending:
@@ -51,13 +63,18 @@ class ProxyChannel:
     def _on_frame(self, frame: object) -> None:
         try:
             if not (isinstance(frame, list) and len(frame) == 2 and frame[0] == "req" and isinstance(frame[1], list)):
-                raise MessageError(f"expected ['req', [requests]], got {str(frame)[:80]!r}")
-            messages = [RequestMessage.from_wire(w) for w in frame[1]]
+                raise MessageError(f"expected ['req', [requests]], got {short(frame)}")
+            messages = [proxy_message_from_wire(w) for w in frame[1]]
         except MessageError as err:
             self.bad_frames += 1
             logger.warning("%s: bad requests from the proxy: %s", self.node_name, err)
             return
-        self.on_requests(messages)
+        requests = [m for m in messages if isinstance(m, RequestMessage)]
+        if requests:
+            self.on_requests(requests)
+        released = [rid for m in messages if isinstance(m, ReleaseMessage) for rid in m.request_ids]
+        if released and self.on_release is not None:
+            self.on_release(released)
 
     # -- the outbox port -----------------------------------------------------------
     def emit(self, events: list[NodeEvent]) -> None:

@@ -16,7 +16,8 @@ different batches at once.
                   (a partial prefill chunk)
     ResultFrame:  seq, tokens               tokens[i] = [] or [token_id]
     hello frame:  the first frame on a connection into a stage: which of
-                  "batches" / "results" it carries
+                  "batches" / "results" it carries (after the run secret's
+                  challenge and answer, `auth.py`, when there is a secret)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from connector.stage_pipeline import STAGE_MESSAGE_BYTES
 from engine.model_runner import StepPlan
 from engine.sampler import DeterministicSampler
 
+from .auth import AuthError, answer, challenge
 from .clock import RunClock
 from .delay_line import DelayedMailbox
 from .frames import FrameConnection, FrameError, serve
@@ -81,6 +83,7 @@ class StageWorker:
         link_to_next: LinkSpec | None = None,
         link_seed: int = 0,
         host: str = "127.0.0.1",
+        secret: bytes | None = None,
     ) -> None:
         if not 0 <= index < pp_size:
             raise ValueError(f"stage index {index} is invalid for pp_size={pp_size}; allowed: 0..{pp_size - 1}")
@@ -88,6 +91,8 @@ class StageWorker:
         self.pp = pp_size
         self.is_last = index == pp_size - 1
         self.host = host
+        self._secret = secret
+        self.connections_refused = 0
         self.sampler = DeterministicSampler(sampler_seed, stop_probability) if self.is_last else None
         self.link = None
         if link_to_next is not None and not link_to_next.is_ideal and not self.is_last:
@@ -113,6 +118,8 @@ class StageWorker:
         if self.is_last:
             raise ValueError(f"stage {self.index} is the last of {self.pp}: it has no next stage")
         self._next = await FrameConnection.open(host, port)
+        if self._secret is not None:
+            await answer(self._next, self._secret, f"stage{self.index}")
         self._next.send(["batches"])
 
     def begin(self, start_wall: float) -> None:
@@ -131,14 +138,24 @@ class StageWorker:
 
     # -- batches in -------------------------------------------------------------
     async def _on_connection(self, conn: FrameConnection) -> None:
-        hello = await conn.recv()
+        try:
+            if self._secret is not None:
+                await challenge(conn, self._secret)
+            hello = await conn.recv(max_bytes=1024)
+        except (AuthError, FrameError) as err:
+            self.connections_refused += 1
+            logger.warning("stage %d: refused a connection: %s", self.index, err)
+            return
         if not isinstance(hello, list):
             return
         if "results" in hello:
             self._results = conn
-        while (frame := await conn.recv()) is not None:
-            if "batches" in hello:
-                self._accept(frame)
+        try:
+            while (frame := await conn.recv()) is not None:
+                if "batches" in hello:
+                    self._accept(frame)
+        except FrameError as err:
+            logger.warning("stage %d: %s", self.index, err)
 
     def _accept(self, wire: list) -> None:
         try:
@@ -198,9 +215,14 @@ class StageStreamExecutor:
     before it does, as it would behind that step in the pipeline."""
 
     def __init__(
-        self, first: tuple[str, int] | None = None, last: tuple[str, int] | None = None, pp_size: int = 1
+        self,
+        first: tuple[str, int] | None = None,
+        last: tuple[str, int] | None = None,
+        pp_size: int = 1,
+        secret: bytes | None = None,
     ) -> None:
         """The stages' addresses may be given later (`set_addresses`), before `connect`."""
+        self._secret = secret
         self.first_address = first
         self.last_address = last
         self.pp = pp_size
@@ -218,15 +240,21 @@ class StageStreamExecutor:
     async def connect(self) -> None:
         if self.first_address is None or self.last_address is None:
             raise RuntimeError("StageStreamExecutor: the stages' addresses are not known yet (set_addresses)")
-        self._to_first = await FrameConnection.open(*self.first_address)
+        self._to_first = await self._open(self.first_address)
         if self.pp == 1:
             self._to_first.send(["batches", "results"])
             self._from_last = self._to_first
         else:
             self._to_first.send(["batches"])
-            self._from_last = await FrameConnection.open(*self.last_address)
+            self._from_last = await self._open(self.last_address)
             self._from_last.send(["results"])
         self._reader = asyncio.ensure_future(self._read_results())
+
+    async def _open(self, address: tuple[str, int]) -> FrameConnection:
+        conn = await FrameConnection.open(*address)
+        if self._secret is not None:
+            await answer(conn, self._secret, "node")
+        return conn
 
     async def _read_results(self) -> None:
         while (wire := await self._from_last.recv()) is not None:

@@ -62,6 +62,7 @@ from protos.disagg import kv_handoff_pb2_grpc as pb_grpc
 from .framing import BlockAssembler, ChecksumMismatch, ProtocolError
 from .link import link_interceptors
 from .pull_config import FINAL_CODES, RETRYABLE_CODES, PullerConfig
+from .security import KVSecurity
 from .wire import channel_options
 
 __all__ = ["KVPuller", "PullerConfig"]
@@ -90,8 +91,10 @@ class KVPuller:
         reverse_link: LinkSpec | None = None,
         link_seed: int = 0,
         link_epoch: float | None = None,
+        security: KVSecurity | None = None,
     ) -> None:
-        """`link` impairs every channel this puller opens (`reverse_link`, if
+        """`security`: the run's KV token sent with every call, and TLS.
+        `link` impairs every channel this puller opens (`reverse_link`, if
         given, the producer → consumer direction alone): one Link per address,
         seeded from `link_seed` and the order the channels were opened in.
         `link_epoch` is the time.monotonic() origin of the outage windows
@@ -101,6 +104,8 @@ class KVPuller:
             link = LinkSpec()
         self.sink = sink
         self.config = config or PullerConfig()
+        self.security = security or KVSecurity()
+        self._metadata = self.security.call_metadata()
         self._link_spec = link
         self._reverse_link_spec = reverse_link
         self._link_seed = link_seed
@@ -131,11 +136,13 @@ class KVPuller:
                 if not link.is_ideal:  # an ideal link costs nothing: leave it out
                     self._links[address] = link
                     interceptors.extend(link_interceptors(link, epoch=self._link_epoch))
-            channel = grpc.aio.insecure_channel(
-                address,
-                options=channel_options(self.config.max_message_bytes),
-                interceptors=interceptors or None,
-            )
+            options = channel_options(self.config.max_message_bytes) + self.security.channel_options()
+            credentials = self.security.channel_credentials()
+            chained = interceptors or None
+            if credentials is not None:
+                channel = grpc.aio.secure_channel(address, credentials, options=options, interceptors=chained)
+            else:
+                channel = grpc.aio.insecure_channel(address, options=options, interceptors=chained)
             self._channels[address] = channel
             stub = self._stubs[address] = pb_grpc.KVHandoffStub(channel)
         return stub
@@ -172,7 +179,9 @@ class KVPuller:
     async def check(self, remote_address: str, timeout_s: float = 1.0) -> bool:
         """True when the producer at `remote_address` answers SERVING in time."""
         try:
-            response = await self._stub(remote_address).Check(pb.HealthCheckRequest(), timeout=timeout_s)
+            response = await self._stub(remote_address).Check(
+                pb.HealthCheckRequest(), timeout=timeout_s, metadata=self._metadata
+            )
         except grpc.aio.AioRpcError:
             return False
         return response.status == pb.HealthCheckResponse.SERVING
@@ -202,6 +211,7 @@ class KVPuller:
             max_chunk_bytes=self.config.max_chunk_bytes,
             consumer_id=attempt.consumer_id or self.config.consumer_id,
             attempt=attempt.number,
+            ticket=attempt.ticket,
         )
         landed: list[int] = []
         num_bytes = 0
@@ -210,7 +220,7 @@ class KVPuller:
         reason = ""
         assembler = BlockAssembler(wanted)
         timeout = max(0.0, attempt.timeout_s)
-        call = self._stub(attempt.remote_address).PullBlocks(request, timeout=timeout)
+        call = self._stub(attempt.remote_address).PullBlocks(request, timeout=timeout, metadata=self._metadata)
         try:
             # The asyncio timeout backs up gRPC's: it also bounds time spent in
             # interceptors (the link model) before the call reaches the wire.
@@ -275,11 +285,12 @@ class KVPuller:
             request_id=report.remote_request_id,
             success=report.success,
             consumer_id=report.consumer_id or self.config.consumer_id,
-            reason=report.reason,
+            reason=report.reason[:256],
+            ticket=report.ticket,
         )
         try:
             async with asyncio.timeout(timeout + 0.05):
-                await self._stub(report.remote_address).ReportDone(request, timeout=timeout)
+                await self._stub(report.remote_address).ReportDone(request, timeout=timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as err:
             return DoneReportResult(report, delivered=False, final=err.code() in FINAL_CODES)
         except TimeoutError:

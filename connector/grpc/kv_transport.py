@@ -31,6 +31,7 @@ from connector.transport import (
 
 from .client import KVPuller
 from .pull_config import PullerConfig
+from .security import KVSecurity
 from .wire import MAX_MESSAGE_BYTES
 
 logger = logging.getLogger(__name__)
@@ -52,9 +53,10 @@ class GrpcKVTransport:
         link_epoch: float | None = None,
         consumer_id: str = "",
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        security: KVSecurity | None = None,
     ) -> None:
         config = PullerConfig(consumer_id=consumer_id, max_message_bytes=max_message_bytes)
-        self._puller = KVPuller(None, config, link=link, link_seed=link_seed, link_epoch=link_epoch)
+        self._puller = KVPuller(None, config, link=link, link_seed=link_seed, link_epoch=link_epoch, security=security)
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
 

@@ -13,10 +13,12 @@ the `grpc.aio` server's lifetime.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, NoReturn
 
 import grpc
 
@@ -24,6 +26,8 @@ from connector.payload import checksum
 from connector.transport import (
     BlockSource,
     DoneCallback,
+    KVAccessControl,
+    KVAccessDenied,
     UnknownBlockError,
     UnknownRequestError,
 )
@@ -31,9 +35,12 @@ from protos.disagg import kv_handoff_pb2 as pb
 from protos.disagg import kv_handoff_pb2_grpc as pb_grpc
 
 from .framing import WireBlock, encode_chunks
+from .security import KVSecurity
 from .wire import (
     DEFAULT_CHUNK_BYTES,
+    MAX_CHUNK_BYTES,
     MAX_MESSAGE_BYTES,
+    MIN_CHUNK_BYTES,
     server_options,
     validate_chunk_bytes,
 )
@@ -49,8 +56,38 @@ class InvalidPullError(ValueError):
     """The pull request itself is malformed (maps to INVALID_ARGUMENT)."""
 
 
+class OverloadedError(Exception):
+    """Too many pulls are streaming at once (maps to RESOURCE_EXHAUSTED; the
+    consumer retries after its backoff)."""
+
+
+# Input limits: anything longer is refused as INVALID_ARGUMENT, before any
+# work, and never echoed back.
+MAX_ID_CHARS = 256
+MAX_TICKET_CHARS = 128
+MAX_REASON_CHARS = 1024
+MAX_BLOCKS_PER_PULL = 65_536
+# Server-side bound on one PullBlocks stream, whatever deadline the client
+# set (or none): a reader that stalls is cut off here, and its memory freed.
+DEFAULT_MAX_STREAM_S = 60.0
+# Pulls streaming at once across all connections; beyond: RESOURCE_EXHAUSTED.
+DEFAULT_MAX_ACTIVE_PULLS = 256
+
+
+def _short(text: object, limit: int = 64) -> str:
+    shown = str(text)
+    return shown if len(shown) <= limit else shown[:limit] + "..."
+
+
 class KVHandoffHandler:
-    """What the producer does for each RPC, without gRPC."""
+    """What the producer does for each RPC, without gRPC.
+
+    A source that is a `KVAccessControl` (a `PrefillNode`) is asked first
+    whether the caller may touch the request (its ticket and consumer); a
+    plain `BlockSource` serves whoever asks. A source with `iter_blocks`
+    builds each block's bytes only when the stream reaches it, so a pull
+    holds the chunks in flight, not the whole prompt.
+    """
 
     def __init__(
         self,
@@ -60,12 +97,15 @@ class KVHandoffHandler:
         default_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         corrupt: CorruptHook | None = None,
         remembered_done_reports: int = 100_000,
+        max_active_pulls: int = DEFAULT_MAX_ACTIVE_PULLS,
     ) -> None:
         self.source = source
         self.on_done = on_done
         self.default_chunk_bytes = validate_chunk_bytes(default_chunk_bytes)
         self.corrupt = corrupt
         self.serving = True
+        self.max_active_pulls = max_active_pulls
+        self.active_pulls = 0
         # A lost ack makes the consumer report again; pass each request on
         # once. Bounded so a long run does not grow without limit.
         self._done: OrderedDict[str, None] = OrderedDict()
@@ -76,25 +116,40 @@ class KVHandoffHandler:
             return self.default_chunk_bytes
         try:
             return validate_chunk_bytes(requested)
-        except ValueError as err:
-            raise InvalidPullError(str(err)) from None
+        except ValueError:
+            raise InvalidPullError(f"max_chunk_bytes must be 0 or in [{MIN_CHUNK_BYTES}, {MAX_CHUNK_BYTES}]") from None
 
-    def blocks_for_pull(self, request_id: str, block_ids: Sequence[int]) -> Iterator[WireBlock]:
+    def _authorize(self, request_id: str, ticket: str, consumer: str) -> None:
+        if isinstance(self.source, KVAccessControl):
+            self.source.authorize(request_id, ticket, consumer)
+
+    def blocks_for_pull(
+        self, request_id: str, block_ids: Sequence[int], ticket: str = "", consumer: str = ""
+    ) -> Iterator[WireBlock]:
         """The blocks to stream, checksummed and fault hook applied, lazily.
 
-        The request is validated and the contents fetched before this
-        returns, so it raises UnknownRequestError / UnknownBlockError /
-        InvalidPullError up front; checksums are taken as the stream goes.
+        The request is validated and checked before this returns, so it
+        raises UnknownRequestError / UnknownBlockError / KVAccessDenied /
+        InvalidPullError up front; contents and checksums come as the stream goes.
         """
         if not request_id:
             raise InvalidPullError("request_id is empty")
+        if len(request_id) > MAX_ID_CHARS or len(ticket) > MAX_TICKET_CHARS or len(consumer) > MAX_ID_CHARS:
+            raise InvalidPullError("request_id, ticket or consumer_id too long")
         if not block_ids:
-            raise InvalidPullError(f"request {request_id!r}: no block_ids to pull")
+            raise InvalidPullError("no block_ids to pull")
+        if len(block_ids) > MAX_BLOCKS_PER_PULL:
+            raise InvalidPullError(f"more than {MAX_BLOCKS_PER_PULL} block_ids")
         if len(set(block_ids)) != len(block_ids):
-            raise InvalidPullError(f"request {request_id!r}: duplicate block_ids {list(block_ids)}")
-        contents = self.source.get_blocks(request_id, block_ids)
-        if len(contents) != len(block_ids):
-            raise RuntimeError(f"BlockSource returned {len(contents)} blocks for {len(block_ids)} ids")
+            raise InvalidPullError("duplicate block_ids")
+        self._authorize(request_id, ticket, consumer)
+        iter_blocks = getattr(self.source, "iter_blocks", None)
+        if iter_blocks is not None:
+            contents: Iterable[bytes] = iter_blocks(request_id, block_ids)
+        else:
+            contents = self.source.get_blocks(request_id, block_ids)
+            if len(contents) != len(block_ids):
+                raise RuntimeError(f"BlockSource returned {len(contents)} blocks for {len(block_ids)} ids")
         return (self._wire_block(request_id, b, d) for b, d in zip(block_ids, contents))
 
     def _wire_block(self, request_id: str, block_id: int, data: bytes) -> WireBlock:
@@ -104,8 +159,12 @@ class KVHandoffHandler:
             data = self.corrupt(request_id, block_id, data)
         return WireBlock(block_id, data, crc32)
 
-    async def report_done(self, request_id: str, success: bool) -> bool:
-        """Pass the report on to on_done once; True if this was the first report."""
+    async def report_done(self, request_id: str, success: bool, ticket: str = "", consumer: str = "") -> bool:
+        """Pass the report on to on_done once; True if this was the first report.
+        Raises UnknownRequestError / KVAccessDenied when the caller may not report on it."""
+        if not request_id or len(request_id) > MAX_ID_CHARS or len(ticket) > MAX_TICKET_CHARS:
+            raise InvalidPullError("request_id or ticket empty or too long")
+        self._authorize(request_id, ticket, consumer)
         if request_id in self._done:
             return False
         self._done[request_id] = None
@@ -118,61 +177,121 @@ class KVHandoffHandler:
         return True
 
 
+# What a refused call is told: the status and a short, fixed message.
+_REFUSALS: dict[type, tuple[grpc.StatusCode, str]] = {
+    UnknownRequestError: (grpc.StatusCode.NOT_FOUND, "not held"),
+    UnknownBlockError: (grpc.StatusCode.NOT_FOUND, "block not held"),
+    KVAccessDenied: (grpc.StatusCode.PERMISSION_DENIED, "not yours"),
+    OverloadedError: (grpc.StatusCode.RESOURCE_EXHAUSTED, "too many pulls at once"),
+}
+
+
 class _KVHandoffServicer(pb_grpc.KVHandoffServicer):
-    """Translation only: messages in, handler calls, messages or status codes out."""
+    """Translation only: bytes in, handler calls, messages or status codes
+    out. Requests arrive as raw bytes and are parsed here, so an undecodable
+    one is INVALID_ARGUMENT (not gRPC's UNKNOWN); every call is
+    authenticated first (UNAUTHENTICATED); errors carry short fixed
+    messages, never the caller's input."""
 
-    def __init__(self, handler: KVHandoffHandler) -> None:
+    def __init__(
+        self, handler: KVHandoffHandler, security: KVSecurity | None = None, max_stream_s: float = DEFAULT_MAX_STREAM_S
+    ) -> None:
         self._handler = handler
+        self._security = security or KVSecurity()
+        self._max_stream_s = max_stream_s
+        self.refused: dict[str, int] = {}
 
-    async def PullBlocks(self, request: pb.PullRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
-        """Yields BlockChunks already serialised (see framing.encode_chunks)."""
-        handler = self._handler
+    async def _refuse(self, context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+        self.refused[code.name] = self.refused.get(code.name, 0) + 1
+        await context.abort(code, message)
+        raise AssertionError("unreachable")  # context.abort raises
+
+    async def _parse(self, context: grpc.aio.ServicerContext, parse: Callable[[bytes], Any], raw: bytes) -> Any:
+        if not self._security.authenticated(context.invocation_metadata()):
+            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong KV token")
         try:
-            chunk_bytes = handler.chunk_bytes_for(request.max_chunk_bytes)
-            blocks = handler.blocks_for_pull(request.request_id, list(request.block_ids))
-        except (UnknownRequestError, UnknownBlockError) as err:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"not held: {err.args[0]}")
-        except InvalidPullError as err:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        for chunk in encode_chunks(blocks, chunk_bytes):
-            yield chunk
+            return parse(raw)
+        except Exception:  # DecodeError and kin: the bytes are not the message
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "undecodable request")
 
-    async def ReportDone(self, request: pb.DoneRequest, context: grpc.aio.ServicerContext) -> pb.DoneAck:
-        if not request.request_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request_id is empty")
-        first = await self._handler.report_done(request.request_id, request.success)
+    async def PullBlocks(self, raw: bytes, context: grpc.aio.ServicerContext) -> None:  # type: ignore[override]
+        """Writes BlockChunks already serialised (see framing.encode_chunks), one
+        at a time as the client takes them, within `max_stream_s`."""
+        request = await self._parse(context, pb.PullRequest.FromString, raw)
+        handler = self._handler
+        refusal: tuple[grpc.StatusCode, str] | None = None
+        try:
+            if handler.active_pulls >= handler.max_active_pulls:
+                raise OverloadedError()
+            chunk_bytes = handler.chunk_bytes_for(request.max_chunk_bytes)
+            blocks = handler.blocks_for_pull(
+                request.request_id, list(request.block_ids), request.ticket, request.consumer_id
+            )
+        except InvalidPullError as err:
+            refusal = (grpc.StatusCode.INVALID_ARGUMENT, _short(err))
+        except tuple(_REFUSALS) as err:  # type: ignore[misc]
+            refusal = _REFUSALS[type(err)]
+        if refusal is not None:
+            await self._refuse(context, *refusal)
+        handler.active_pulls += 1
+        try:
+            async with asyncio.timeout(self._max_stream_s):
+                for chunk in encode_chunks(blocks, chunk_bytes):
+                    await context.write(chunk)
+        except TimeoutError:
+            await self._refuse(context, grpc.StatusCode.DEADLINE_EXCEEDED, "stream took too long")
+        except (UnknownRequestError, UnknownBlockError):  # released while streaming
+            await self._refuse(context, grpc.StatusCode.NOT_FOUND, "not held")
+        finally:
+            handler.active_pulls -= 1
+
+    async def ReportDone(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.DoneAck:  # type: ignore[override]
+        request = await self._parse(context, pb.DoneRequest.FromString, raw)
+        refusal: tuple[grpc.StatusCode, str] | None = None
+        try:
+            first = await self._handler.report_done(
+                request.request_id, request.success, request.ticket, request.consumer_id
+            )
+        except InvalidPullError as err:
+            refusal = (grpc.StatusCode.INVALID_ARGUMENT, _short(err))
+        except (UnknownRequestError, KVAccessDenied) as err:
+            refusal = _REFUSALS[type(err)]
+        if refusal is not None:
+            await self._refuse(context, *refusal)
         if not request.success:
             logger.info(
-                "consumer %r failed to pull %s: %s",
-                request.consumer_id,
-                request.request_id,
-                request.reason,
+                "consumer %s failed to pull %s: %s",
+                _short(request.consumer_id),
+                _short(request.request_id),
+                _short(request.reason),
             )
         return pb.DoneAck(first_report=first)
 
-    async def Check(self, request: pb.HealthCheckRequest, context: grpc.aio.ServicerContext) -> pb.HealthCheckResponse:
+    async def Check(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.HealthCheckResponse:  # type: ignore[override]
+        await self._parse(context, pb.HealthCheckRequest.FromString, raw)
         status = pb.HealthCheckResponse.SERVING if self._handler.serving else pb.HealthCheckResponse.NOT_SERVING
         return pb.HealthCheckResponse(status=status)
 
 
 def kv_handoff_rpc_handlers(servicer: _KVHandoffServicer) -> grpc.GenericRpcHandler:
-    """The generated add_KVHandoffServicer_to_server, except that PullBlocks'
-    responses go out as the bytes the servicer already serialised."""
+    """The generated add_KVHandoffServicer_to_server, except that requests
+    come in as raw bytes (parsed by the servicer) and PullBlocks' responses
+    go out as the bytes the servicer already serialised."""
     service = pb.DESCRIPTOR.services_by_name["KVHandoff"]
     methods = {
         "PullBlocks": grpc.unary_stream_rpc_method_handler(
             servicer.PullBlocks,
-            request_deserializer=pb.PullRequest.FromString,
+            request_deserializer=None,  # raw bytes: parsed by the servicer
             response_serializer=None,  # already bytes
         ),
         "ReportDone": grpc.unary_unary_rpc_method_handler(
             servicer.ReportDone,
-            request_deserializer=pb.DoneRequest.FromString,
+            request_deserializer=None,
             response_serializer=pb.DoneAck.SerializeToString,
         ),
         "Check": grpc.unary_unary_rpc_method_handler(
             servicer.Check,
-            request_deserializer=pb.HealthCheckRequest.FromString,
+            request_deserializer=None,
             response_serializer=pb.HealthCheckResponse.SerializeToString,
         ),
     }
@@ -200,10 +319,24 @@ class KVHandoffServer:
         default_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         corrupt: CorruptHook | None = None,
+        security: KVSecurity | None = None,
+        max_stream_s: float = DEFAULT_MAX_STREAM_S,
+        max_active_pulls: int = DEFAULT_MAX_ACTIVE_PULLS,
     ) -> None:
+        """`security`: the token every call must carry, and TLS (docs/security.md).
+        `max_stream_s` bounds one PullBlocks stream server-side;
+        `max_active_pulls` the streams served at once."""
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"KVHandoffServer: port must be an int in [0, 65535], got {port!r}")
-        self.handler = KVHandoffHandler(source, on_done, default_chunk_bytes=default_chunk_bytes, corrupt=corrupt)
+        self.handler = KVHandoffHandler(
+            source,
+            on_done,
+            default_chunk_bytes=default_chunk_bytes,
+            corrupt=corrupt,
+            max_active_pulls=max_active_pulls,
+        )
+        self.security = security or KVSecurity()
+        self.servicer = _KVHandoffServicer(self.handler, self.security, max_stream_s)
         self._host = host
         self._port = port
         self._max_message_bytes = max_message_bytes
@@ -224,10 +357,14 @@ class KVHandoffServer:
         if self._server is not None:
             return self.address
         server = grpc.aio.server(options=server_options(self._max_message_bytes))
-        server.add_generic_rpc_handlers((kv_handoff_rpc_handlers(_KVHandoffServicer(self.handler)),))
+        server.add_generic_rpc_handlers((kv_handoff_rpc_handlers(self.servicer),))
         bound = format_address(self._host, self._port)
+        credentials = self.security.server_credentials()
         try:
-            port = server.add_insecure_port(bound)
+            if credentials is not None:
+                port = server.add_secure_port(bound, credentials)
+            else:
+                port = server.add_insecure_port(bound)
         except RuntimeError as err:
             raise RuntimeError(f"KVHandoffServer: cannot bind {bound}: {err}") from err
         if port == 0:

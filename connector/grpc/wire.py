@@ -29,19 +29,50 @@ def _message_limits(max_message_bytes: int) -> list[tuple[str, int]]:
     ]
 
 
+# Connection hygiene of the server (docs/security.md): a client may ping
+# every 10 s at most (more often is a strike; 2 strikes close the
+# connection), the server pings idle clients every 30 s and drops those that
+# do not answer in 10 s, closes connections idle for 5 min and any
+# connection after 30 min (with 30 s of grace for calls in flight, after
+# which the client simply reconnects), and allows 128 streams at once per
+# connection.
+KEEPALIVE_TIME_MS = 30_000
+KEEPALIVE_TIMEOUT_MS = 10_000
+MIN_CLIENT_PING_INTERVAL_MS = 10_000
+MAX_PING_STRIKES = 2
+MAX_CONNECTION_IDLE_MS = 5 * 60_000
+MAX_CONNECTION_AGE_MS = 30 * 60_000
+MAX_CONNECTION_AGE_GRACE_MS = 30_000
+MAX_CONCURRENT_STREAMS = 128
+
+
 def server_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
     # No SO_REUSEPORT: a second server must not silently share a port, and a
     # stopped server's port must refuse connections.
-    return _message_limits(max_message_bytes) + [("grpc.so_reuseport", 0)]
+    return _message_limits(max_message_bytes) + [
+        ("grpc.so_reuseport", 0),
+        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", MIN_CLIENT_PING_INTERVAL_MS),
+        ("grpc.http2.max_ping_strikes", MAX_PING_STRIKES),
+        ("grpc.max_connection_idle_ms", MAX_CONNECTION_IDLE_MS),
+        ("grpc.max_connection_age_ms", MAX_CONNECTION_AGE_MS),
+        ("grpc.max_connection_age_grace_ms", MAX_CONNECTION_AGE_GRACE_MS),
+        ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
+    ]
 
 
 def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
     # gRPC waits 1 s (growing to 120 s) before redialling a failed address;
     # a producer that restarts should be found again within a pull deadline.
+    # Keepalive pings no more often than the server permits.
     return _message_limits(max_message_bytes) + [
         ("grpc.initial_reconnect_backoff_ms", 100),
         ("grpc.min_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 1000),
+        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     ]
 
 

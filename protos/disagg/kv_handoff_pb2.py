@@ -24,29 +24,29 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eprotos/disagg/kv_handoff.proto\x12\x06\x64isagg\"s\n\x0bPullRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tblock_ids\x18\x02 \x03(\r\x12\x17\n\x0fmax_chunk_bytes\x18\x03 \x01(\r\x12\x13\n\x0b\x63onsumer_id\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\r\"0\n\nBlockChunk\x12\"\n\x06pieces\x18\x01 \x03(\x0b\x32\x12.disagg.BlockPiece\"u\n\nBlockPiece\x12\x10\n\x08\x62lock_id\x18\x01 \x01(\r\x12\x13\n\x0b\x62lock_index\x18\x02 \x01(\r\x12\x13\n\x0b\x62lock_bytes\x18\x03 \x01(\x04\x12\r\n\x05\x63rc32\x18\x04 \x01(\x07\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\"W\n\x0b\x44oneRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0f\n\x07success\x18\x02 \x01(\x08\x12\x13\n\x0b\x63onsumer_id\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x1f\n\x07\x44oneAck\x12\x14\n\x0c\x66irst_report\x18\x01 \x01(\x08\"%\n\x12HealthCheckRequest\x12\x0f\n\x07service\x18\x01 \x01(\t\"\x8c\x01\n\x13HealthCheckResponse\x12\x39\n\x06status\x18\x01 \x01(\x0e\x32).disagg.HealthCheckResponse.ServingStatus\":\n\rServingStatus\x12\x0b\n\x07UNKNOWN\x10\x00\x12\x0b\n\x07SERVING\x10\x01\x12\x0f\n\x0bNOT_SERVING\x10\x02\x32\xba\x01\n\tKVHandoff\x12\x37\n\nPullBlocks\x12\x13.disagg.PullRequest\x1a\x12.disagg.BlockChunk0\x01\x12\x32\n\nReportDone\x12\x13.disagg.DoneRequest\x1a\x0f.disagg.DoneAck\x12@\n\x05\x43heck\x12\x1a.disagg.HealthCheckRequest\x1a\x1b.disagg.HealthCheckResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eprotos/disagg/kv_handoff.proto\x12\x06\x64isagg\"\x83\x01\n\x0bPullRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tblock_ids\x18\x02 \x03(\r\x12\x17\n\x0fmax_chunk_bytes\x18\x03 \x01(\r\x12\x13\n\x0b\x63onsumer_id\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\r\x12\x0e\n\x06ticket\x18\x06 \x01(\t\"0\n\nBlockChunk\x12\"\n\x06pieces\x18\x01 \x03(\x0b\x32\x12.disagg.BlockPiece\"u\n\nBlockPiece\x12\x10\n\x08\x62lock_id\x18\x01 \x01(\r\x12\x13\n\x0b\x62lock_index\x18\x02 \x01(\r\x12\x13\n\x0b\x62lock_bytes\x18\x03 \x01(\x04\x12\r\n\x05\x63rc32\x18\x04 \x01(\x07\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\"g\n\x0b\x44oneRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0f\n\x07success\x18\x02 \x01(\x08\x12\x13\n\x0b\x63onsumer_id\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0e\n\x06ticket\x18\x05 \x01(\t\"\x1f\n\x07\x44oneAck\x12\x14\n\x0c\x66irst_report\x18\x01 \x01(\x08\"%\n\x12HealthCheckRequest\x12\x0f\n\x07service\x18\x01 \x01(\t\"\x8c\x01\n\x13HealthCheckResponse\x12\x39\n\x06status\x18\x01 \x01(\x0e\x32).disagg.HealthCheckResponse.ServingStatus\":\n\rServingStatus\x12\x0b\n\x07UNKNOWN\x10\x00\x12\x0b\n\x07SERVING\x10\x01\x12\x0f\n\x0bNOT_SERVING\x10\x02\x32\xba\x01\n\tKVHandoff\x12\x37\n\nPullBlocks\x12\x13.disagg.PullRequest\x1a\x12.disagg.BlockChunk0\x01\x12\x32\n\nReportDone\x12\x13.disagg.DoneRequest\x1a\x0f.disagg.DoneAck\x12@\n\x05\x43heck\x12\x1a.disagg.HealthCheckRequest\x1a\x1b.disagg.HealthCheckResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.disagg.kv_handoff_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PULLREQUEST']._serialized_start=42
-  _globals['_PULLREQUEST']._serialized_end=157
-  _globals['_BLOCKCHUNK']._serialized_start=159
-  _globals['_BLOCKCHUNK']._serialized_end=207
-  _globals['_BLOCKPIECE']._serialized_start=209
-  _globals['_BLOCKPIECE']._serialized_end=326
-  _globals['_DONEREQUEST']._serialized_start=328
-  _globals['_DONEREQUEST']._serialized_end=415
-  _globals['_DONEACK']._serialized_start=417
-  _globals['_DONEACK']._serialized_end=448
-  _globals['_HEALTHCHECKREQUEST']._serialized_start=450
-  _globals['_HEALTHCHECKREQUEST']._serialized_end=487
-  _globals['_HEALTHCHECKRESPONSE']._serialized_start=490
-  _globals['_HEALTHCHECKRESPONSE']._serialized_end=630
-  _globals['_HEALTHCHECKRESPONSE_SERVINGSTATUS']._serialized_start=572
-  _globals['_HEALTHCHECKRESPONSE_SERVINGSTATUS']._serialized_end=630
-  _globals['_KVHANDOFF']._serialized_start=633
-  _globals['_KVHANDOFF']._serialized_end=819
+  _globals['_PULLREQUEST']._serialized_start=43
+  _globals['_PULLREQUEST']._serialized_end=174
+  _globals['_BLOCKCHUNK']._serialized_start=176
+  _globals['_BLOCKCHUNK']._serialized_end=224
+  _globals['_BLOCKPIECE']._serialized_start=226
+  _globals['_BLOCKPIECE']._serialized_end=343
+  _globals['_DONEREQUEST']._serialized_start=345
+  _globals['_DONEREQUEST']._serialized_end=448
+  _globals['_DONEACK']._serialized_start=450
+  _globals['_DONEACK']._serialized_end=481
+  _globals['_HEALTHCHECKREQUEST']._serialized_start=483
+  _globals['_HEALTHCHECKREQUEST']._serialized_end=520
+  _globals['_HEALTHCHECKRESPONSE']._serialized_start=523
+  _globals['_HEALTHCHECKRESPONSE']._serialized_end=663
+  _globals['_HEALTHCHECKRESPONSE_SERVINGSTATUS']._serialized_start=605
+  _globals['_HEALTHCHECKRESPONSE_SERVINGSTATUS']._serialized_end=663
+  _globals['_KVHANDOFF']._serialized_start=666
+  _globals['_KVHANDOFF']._serialized_end=852
 # @@protoc_insertion_point(module_scope)

@@ -8,18 +8,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class PullRequest(_message.Message):
-    __slots__ = ("request_id", "block_ids", "max_chunk_bytes", "consumer_id", "attempt")
+    __slots__ = ("request_id", "block_ids", "max_chunk_bytes", "consumer_id", "attempt", "ticket")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
     MAX_CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TICKET_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     block_ids: _containers.RepeatedScalarFieldContainer[int]
     max_chunk_bytes: int
     consumer_id: str
     attempt: int
-    def __init__(self, request_id: _Optional[str] = ..., block_ids: _Optional[_Iterable[int]] = ..., max_chunk_bytes: _Optional[int] = ..., consumer_id: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
+    ticket: str
+    def __init__(self, request_id: _Optional[str] = ..., block_ids: _Optional[_Iterable[int]] = ..., max_chunk_bytes: _Optional[int] = ..., consumer_id: _Optional[str] = ..., attempt: _Optional[int] = ..., ticket: _Optional[str] = ...) -> None: ...
 
 class BlockChunk(_message.Message):
     __slots__ = ("pieces",)
@@ -44,16 +46,18 @@ class BlockPiece(_message.Message):
     def __init__(self, block_id: _Optional[int] = ..., block_index: _Optional[int] = ..., block_bytes: _Optional[int] = ..., crc32: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class DoneRequest(_message.Message):
-    __slots__ = ("request_id", "success", "consumer_id", "reason")
+    __slots__ = ("request_id", "success", "consumer_id", "reason", "ticket")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    TICKET_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     success: bool
     consumer_id: str
     reason: str
-    def __init__(self, request_id: _Optional[str] = ..., success: _Optional[bool] = ..., consumer_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    ticket: str
+    def __init__(self, request_id: _Optional[str] = ..., success: _Optional[bool] = ..., consumer_id: _Optional[str] = ..., reason: _Optional[str] = ..., ticket: _Optional[str] = ...) -> None: ...
 
 class DoneAck(_message.Message):
     __slots__ = ("first_report",)

@@ -55,9 +55,13 @@ class KVHandoffServicer:
     """Missing associated documentation comment in .proto file."""
 
     def PullBlocks(self, request, context):
-        """Streams the requested blocks. Errors: NOT_FOUND when the producer does
-        not hold the request (or one of the blocks), INVALID_ARGUMENT for a bad
-        request (no blocks, duplicate ids, chunk size out of range).
+        """Streams the requested blocks. Errors: UNAUTHENTICATED without the run's
+        KV token (metadata x-disagg-kv-auth), NOT_FOUND when the producer does
+        not hold the request (or one of the blocks), PERMISSION_DENIED for a
+        wrong ticket or another consumer's request, INVALID_ARGUMENT for a bad
+        or undecodable request (no blocks, duplicate ids, chunk size out of
+        range, fields too long), RESOURCE_EXHAUSTED when too many pulls stream
+        at once, DEADLINE_EXCEEDED past the server's own bound on a stream.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -66,7 +70,8 @@ class KVHandoffServicer:
     def ReportDone(self, request, context):
         """The consumer is done with the request's blocks (success or not), so the
         producer may free them. Idempotent: a repeated report is acknowledged
-        with first_report = false and not passed on again.
+        with first_report = false and not passed on again. The same
+        authentication and ticket rules as PullBlocks.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

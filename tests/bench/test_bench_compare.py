@@ -93,7 +93,7 @@ def test_failing_threshold_exit_1_and_named(result_dir):
     [
         ("p99_ttft_ms[fixed] <=", "expected a number, metric[variant]"),
         ("p99_tfft_ms[fixed] <= 1", "unknown metric 'p99_tfft_ms' for variant 'fixed'; did you mean p99_ttft_ms"),
-        ("p99_ttft_ms[fixd] <= 1", "unknown variant 'fixd'; known: fixed, prefix"),
+        ("p99_ttft_ms[fixd] <= 1", "unknown variant 'fixd'; did you mean fixed?; known: fixed, prefix"),
         ("__import__('os')[x] > 1", "unexpected character"),
     ],
 )

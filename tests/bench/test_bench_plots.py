@@ -59,7 +59,7 @@ def test_step_timeseries_pngs(tmp_path):
     paths = plot_step_timeseries(
         {"fixed": steps("decode-0", 60, 10) + steps("prefill-0", 40, 20), "prefix": steps("decode-0", 60, 3)}, tmp_path
     )
-    assert [p.name for p in paths] == ["kv_usage.png", "running_waiting.png", "preemptions.png"]
+    assert [p.name for p in paths] == ["kv_usage.png", "running_waiting.png", "preemptions.png", "deferred_frees.png"]
     for p in paths:
         assert_png(p)
 

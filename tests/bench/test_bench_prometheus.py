@@ -133,3 +133,11 @@ def test_two_nodes_in_one_process_do_not_collide():
     assert 'engine="prefill-0"' in a.render().decode()
     assert "vllm:num_preemptions_total{" in b.render().decode()
     assert 'engine="prefill-0"' not in b.render().decode()
+
+
+def test_prefix_cache_counters_use_vllm_names():
+    e = NodeMetricsExporter("decode-0", model_name="m")
+    e.sync_counters({"prefix_cache_queries": 640, "prefix_cache_hits": 512})
+    text = e.render().decode()
+    assert value(text, "vllm:prefix_cache_queries_total") == 640
+    assert value(text, "vllm:prefix_cache_hits_total") == 512

@@ -60,7 +60,10 @@ def test_csv_bad_value_names_line():
     "line, message",
     [
         ('{"timestamp": -5, "input_length": 1, "output_length": 1}', "timestamp must be a finite number >= 0"),
-        ('{"timestamp": 5, "input_length": 0, "output_length": 1}', "input_length must be >= 1, got 0"),
+        (
+            '{"timestamp": 5, "input_length": 0, "output_length": 1}',
+            "input_length must be an integer in \\[1, 10,000,000\\], got 0",
+        ),
         ('{"timestamp": 5, "input_length": 2.5, "output_length": 1}', "input_length must be an integer, got 2.5"),
         ('{"timestamp": 5, "input_length": 2, "output_length": true}', "output_length must be an integer, got True"),
         ('{"timestamp": 5, "input_length": 2, "output_length": 1, "hash_ids": "x"}', "hash_ids must be a list"),

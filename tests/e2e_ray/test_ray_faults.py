@@ -100,3 +100,21 @@ def test_a_killed_prefill_node_is_survived(ray_cluster):
     assert decode["kv_pulls_failed"] == decode.get("kv_pulls_failed_producer_unavailable", 0) + decode.get(
         "kv_pulls_failed_deadline_exceeded", 0
     )
+
+
+def test_a_killed_decode_node_s_requests_are_rerouted_to_the_live_one(ray_cluster):
+    spec = make_spec(
+        decode={"count": 2, "engine": {"num_gpu_blocks": 1000, "async_scheduling": True}},
+        links={"kv": {"delay_ms": 1.0}},
+        time_scale=0.2,
+    )
+    # 24 requests of 48 tokens arrive over 0.24 s; decode-0 dies at 0.3 s in the middle of decoding.
+    wl = workload(24, 64, 48, gap_s=0.01)
+    result = run_ray(spec, wl, seed=0, handle=ray_cluster, timeout_s=60, faults=[{"kill": "decode-0", "at": 0.3}])
+
+    assert result.invariant_errors == []  # every token once and in order, survivors drained, nothing held
+    assert {r.finish_reason for r in result.requests} == {"length"}
+    assert result.extra["rerouted"], "no request was re-routed"
+    assert result.node_counters["decode-0"]["killed"] == 1
+    # the prefill node released what decode-0 had not pulled when the proxy told it, not by a timeout
+    assert result.node_counters["prefill-0"]["kv_hold_timeouts"] == 0

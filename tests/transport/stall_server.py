@@ -1,0 +1,39 @@
+"""A KV server in its own process, for the stalled-readers test: serves one
+16 MiB request built block by block, prints its port, then answers each
+line on stdin with its resident set size in bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from connector.grpc import KVHandoffServer
+
+
+class LazySource:
+    """One request of 64 blocks x 256 KiB = 16 MiB, built block by block."""
+
+    BLOCK = 256 * 1024
+
+    def get_blocks(self, request_id, block_ids):
+        return list(self.iter_blocks(request_id, block_ids))
+
+    def iter_blocks(self, request_id, block_ids):
+        return (bytes([b % 251]) * self.BLOCK for b in block_ids)
+
+
+def rss_bytes() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * 4096
+
+
+async def main(max_stream_s: float) -> None:
+    async with KVHandoffServer(LazySource(), max_stream_s=max_stream_s) as server:
+        print(server.address, flush=True)
+        loop = asyncio.get_running_loop()
+        while await loop.run_in_executor(None, sys.stdin.readline):
+            print(rss_bytes(), server.handler.active_pulls, flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(float(sys.argv[1])))

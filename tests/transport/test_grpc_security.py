@@ -1,0 +1,300 @@
+"""The KV service refuses strangers and stays up under abuse: calls without
+the run's token are UNAUTHENTICATED; a pull or done report for a request
+the producer never held is NOT_FOUND, one with a wrong ticket or from a
+consumer other than the one the request is bound to PERMISSION_DENIED;
+undecodable or oversized input is INVALID_ARGUMENT with a short message;
+TLS works with certificates made at test time; 100 stalled readers of a
+16 MiB pull stay under a memory bound; a seeded fuzzer does not bring the
+service down. All on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+
+from connector.grpc import KVHandoffServer, KVPuller
+from connector.grpc.security import AUTH_METADATA_KEY, KVSecurity
+from connector.transport import InMemoryBlockSource, PullAttempt, PullFailure
+from node.access import AccessList
+from protos.disagg import kv_handoff_pb2 as pb
+
+from .helpers import add_request, run
+
+pytestmark = pytest.mark.timeout(120)
+
+TOKEN = "t0k3n" * 8
+SECURE = KVSecurity(auth_token=TOKEN)
+PULL = "/disagg.KVHandoff/PullBlocks"
+DONE = "/disagg.KVHandoff/ReportDone"
+CHECK = "/disagg.KVHandoff/Check"
+
+
+class GuardedSource(InMemoryBlockSource):
+    """A producer with the `PrefillNode`'s access rules (`node.access`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.access = AccessList(b"test-key")
+
+    def hold(self, request_id: str, num_blocks: int) -> str:
+        add_request(self, request_id, num_blocks)
+        return self.access.grant(request_id)
+
+    def authorize(self, request_id: str, ticket: str, consumer: str) -> None:
+        self.access.check(request_id, ticket, consumer)
+
+    def check_blocks(self, request_id, block_ids):
+        return 16 * len(self.get_blocks(request_id, block_ids))
+
+    def on_done_report(self, request_id, success):
+        self.remove(request_id)
+
+
+def attempt(rid, address, ticket="", consumer="decode-0", blocks=(0, 1)):
+    return PullAttempt(
+        rid, rid, address, tuple(blocks), tuple(blocks), tuple(range(len(blocks))), 32, 1, 5.0, consumer, ticket
+    )
+
+
+async def raw_call(address, method, payload: bytes, metadata=((AUTH_METADATA_KEY, TOKEN),), unary=True):
+    """One call with raw request bytes; returns the status code (OK when it succeeded)."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        if unary:
+            call = channel.unary_unary(method)(payload, metadata=metadata, timeout=5)
+            try:
+                await call
+            except grpc.aio.AioRpcError as err:
+                return err.code(), err.details()
+            return grpc.StatusCode.OK, ""
+        stream = channel.unary_stream(method)(payload, metadata=metadata, timeout=5)
+        try:
+            async for _ in stream:
+                pass
+        except grpc.aio.AioRpcError as err:
+            return err.code(), err.details()
+        return grpc.StatusCode.OK, ""
+
+
+def test_calls_without_the_run_token_are_unauthenticated():
+    source = GuardedSource()
+    ticket = source.hold("r1", 2)
+
+    async def body():
+        async with KVHandoffServer(source, security=SECURE) as server:
+            request = pb.PullRequest(request_id="r1", block_ids=[0, 1], ticket=ticket).SerializeToString()
+            done = pb.DoneRequest(request_id="r1", success=True, ticket=ticket).SerializeToString()
+            return [
+                await raw_call(server.address, PULL, request, metadata=(), unary=False),
+                await raw_call(server.address, PULL, request, metadata=((AUTH_METADATA_KEY, "guess"),), unary=False),
+                await raw_call(server.address, DONE, done, metadata=()),
+                await raw_call(server.address, CHECK, b"", metadata=()),
+            ]
+
+    codes = {code for code, _ in run(body())}
+    assert codes == {grpc.StatusCode.UNAUTHENTICATED}
+    assert "r1" in source  # nothing was served or released
+
+
+def test_third_party_pulls_and_done_reports_are_refused():
+    source = GuardedSource()
+    ticket = source.hold("r1", 2)
+    source.hold("r2", 2)
+
+    async def body():
+        async with (
+            KVHandoffServer(source, security=SECURE) as server,
+            KVPuller(security=SECURE) as puller,
+        ):
+            addr = server.address
+            out = {
+                "no ticket": await puller.attempt(attempt("r1", addr), lambda *a: None),
+                "wrong ticket": await puller.attempt(attempt("r1", addr, ticket="0" * 32), lambda *a: None),
+                "never held": await puller.attempt(attempt("r9", addr, ticket=ticket), lambda *a: None),
+                "routed consumer": await puller.attempt(attempt("r1", addr, ticket=ticket), lambda *a: None),
+                "other consumer": await puller.attempt(
+                    attempt("r1", addr, ticket=ticket, consumer="decode-1"), lambda *a: None
+                ),
+            }
+            done = pb.DoneRequest
+            out["done never held"] = await raw_call(addr, DONE, done(request_id="r9", success=True).SerializeToString())
+            out["done wrong ticket"] = await raw_call(
+                addr, DONE, done(request_id="r2", success=True, ticket="x").SerializeToString()
+            )
+            out["done other consumer"] = await raw_call(
+                addr, DONE, done(request_id="r1", success=True, ticket=ticket, consumer_id="x").SerializeToString()
+            )
+            return out
+
+    out = run(body())
+    assert (out["no ticket"].failure, out["no ticket"].reason) == (PullFailure.REJECTED, "PERMISSION_DENIED: not yours")
+    assert out["wrong ticket"].failure is PullFailure.REJECTED
+    assert out["never held"].failure is PullFailure.UNKNOWN_REQUEST
+    assert out["routed consumer"].failure is None and out["routed consumer"].landed == (0, 1)
+    assert out["other consumer"].failure is PullFailure.REJECTED  # bound to decode-0 by its first pull
+    assert out["done never held"] == (grpc.StatusCode.NOT_FOUND, "not held")
+    assert out["done wrong ticket"] == (grpc.StatusCode.PERMISSION_DENIED, "not yours")
+    assert out["done other consumer"] == (grpc.StatusCode.PERMISSION_DENIED, "not yours")
+    assert "r1" in source and "r2" in source  # no false done report released anything
+    assert source.access.denied == 5
+
+
+def test_undecodable_and_oversized_input_is_invalid_argument_with_a_short_message():
+    source = GuardedSource()
+
+    async def body():
+        async with KVHandoffServer(source, security=SECURE) as server:
+            addr = server.address
+            huge_id = pb.PullRequest(request_id="x" * (1 << 20), block_ids=[1]).SerializeToString()
+            many_ids = pb.PullRequest(request_id="r", block_ids=list(range(1_000_000))).SerializeToString()
+            return [
+                await raw_call(addr, PULL, b"\xff\xff\xff\xff", unary=False),
+                await raw_call(addr, DONE, b"\x0a\xff"),
+                await raw_call(addr, PULL, huge_id, unary=False),
+                await raw_call(addr, PULL, many_ids, unary=False),
+                await raw_call(addr, DONE, pb.DoneRequest(request_id="y" * (1 << 20)).SerializeToString()),
+            ]
+
+    for code, details in run(body()):
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        assert len(details) <= 80
+
+
+def _make_certs(tmp: Path) -> tuple[bytes, bytes, bytes]:
+    """A throwaway CA and a server certificate for the name 'kv.test'."""
+
+    def openssl(*args):
+        subprocess.run(["openssl", *args], cwd=tmp, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+            "-days", "1", "-subj", "/CN=test-ca")  # fmt: skip
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=kv.test")
+    (tmp / "ext.cnf").write_text("subjectAltName=DNS:kv.test\n")
+    openssl("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "srv.pem", "-days", "1", "-extfile", "ext.cnf")  # fmt: skip
+    return (tmp / "ca.pem").read_bytes(), (tmp / "srv.pem").read_bytes(), (tmp / "srv.key").read_bytes()
+
+
+def test_pulls_over_tls_with_certificates_made_at_test_time(tmp_path):
+    ca, cert, key = _make_certs(tmp_path)
+    source = GuardedSource()
+    ticket = source.hold("r1", 2)
+    server_security = KVSecurity(auth_token=TOKEN, cert_chain=cert, private_key=key)
+    client_security = KVSecurity(auth_token=TOKEN, root_certificates=ca, server_name="kv.test")
+
+    async def body():
+        async with KVHandoffServer(source, security=server_security) as server:
+            async with KVPuller(security=client_security) as puller:
+                ok = await puller.attempt(attempt("r1", server.address, ticket=ticket), lambda *a: None)
+            async with KVPuller(security=SECURE) as plain:  # no TLS: the handshake fails
+                refused = await plain.attempt(attempt("r1", server.address, ticket=ticket), lambda *a: None)
+            return ok, refused
+
+    ok, refused = run(body())
+    assert ok.failure is None and ok.landed == (0, 1)
+    assert refused.failure is PullFailure.PRODUCER_UNAVAILABLE
+
+
+# docs/security.md, "Memory": the KV server's growth while 100 readers of a
+# 16 MiB pull stall (1.6 GiB if each pull were built up front and kept).
+STALLED_READERS_BOUND = 256 << 20
+
+
+def test_100_stalled_readers_stay_under_the_memory_bound_and_are_cut_off():
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.transport.stall_server", "3.0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+
+    def server_state() -> tuple[int, int]:
+        server.stdin.write("\n")
+        server.stdin.flush()
+        rss, active = server.stdout.readline().split()
+        return int(rss), int(active)
+
+    async def body(address):
+        request = pb.PullRequest(request_id="big", block_ids=list(range(64))).SerializeToString()
+        channels = [grpc.aio.insecure_channel(address) for _ in range(10)]
+        calls = [channels[i % 10].unary_stream(PULL)(request) for i in range(100)]
+        before, _ = server_state()
+        for call in calls:
+            await call.read()  # one chunk each, then the reader stalls
+        await asyncio.sleep(1.0)
+        during, active = server_state()
+        codes = []
+        for call in calls:  # the server's own bound ends every stalled stream
+            try:
+                while await call.read() is not grpc.aio.EOF:
+                    await asyncio.sleep(0.01)
+                codes.append(grpc.StatusCode.OK)
+            except grpc.aio.AioRpcError as err:
+                codes.append(err.code())
+        for channel in channels:
+            await channel.close()
+        return during - before, active, codes
+
+    try:
+        address = server.stdout.readline().strip()
+        grown, active_while_stalled, codes = run(body(address), timeout_s=90)
+        _, active_after = server_state()
+    finally:
+        server.kill()
+        server.wait()
+    assert active_while_stalled == 100
+    assert grown < STALLED_READERS_BOUND, f"{grown >> 20} MiB"
+    assert set(codes) <= {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.OK}
+    assert grpc.StatusCode.DEADLINE_EXCEEDED in codes
+    assert active_after == 0
+
+
+def test_a_seeded_fuzzer_gets_proper_status_codes_and_the_service_stays_up():
+    rng = random.Random(1234)
+    source = GuardedSource()
+    source.hold("r1", 4)
+    allowed = {
+        grpc.StatusCode.OK,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.PERMISSION_DENIED,
+    }
+
+    def fuzz_payload() -> bytes:
+        kind = rng.randrange(4)
+        if kind == 0:
+            return rng.randbytes(rng.randrange(0, 64))
+        if kind == 1:
+            ids = [rng.randrange(0, 2**32) for _ in range(rng.randrange(0, 20))]
+            rid = rng.choice(["r1", "", "x" * rng.randrange(300), "\u00e9"])
+            return pb.PullRequest(request_id=rid, block_ids=ids, ticket=rng.choice(["", "t"])).SerializeToString()
+        if kind == 2:
+            good = pb.DoneRequest(request_id="r1", success=True).SerializeToString()
+            return bytes(b ^ rng.randrange(256) if rng.random() < 0.2 else b for b in good)
+        return pb.PullRequest(
+            request_id="r1", block_ids=[0, 1], max_chunk_bytes=rng.randrange(2**32)
+        ).SerializeToString()
+
+    async def body():
+        seen = []
+        async with KVHandoffServer(source, security=SECURE) as server:
+            for _ in range(300):
+                method = rng.choice([PULL, DONE, CHECK])
+                metadata = ((AUTH_METADATA_KEY, TOKEN),) if rng.random() < 0.8 else ()
+                code, details = await raw_call(server.address, method, fuzz_payload(), metadata, unary=method != PULL)
+                seen.append(code)
+                assert len(details) <= 80
+            alive = await raw_call(server.address, CHECK, b"")
+        return seen, alive
+
+    seen, alive = run(body(), timeout_s=100)
+    assert set(seen) <= allowed, set(seen) - allowed
+    assert alive == (grpc.StatusCode.OK, "")
+    assert "r1" in source  # no fuzzed report released the held request
