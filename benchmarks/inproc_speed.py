@@ -22,11 +22,15 @@ from cluster.inproc import run_inproc
 from cluster.spec import ClusterSpec
 
 
-def spec(shadow: bool) -> ClusterSpec:
+def spec(shadow: bool, prefix_caching: bool = True) -> ClusterSpec:
+    apc = {"enable_prefix_caching": prefix_caching}
     return ClusterSpec.model_validate(
         {
-            "prefill": {"count": 2, "engine": {"num_gpu_blocks": 8000, "max_num_seqs": 256}},
-            "decode": {"count": 2, "engine": {"num_gpu_blocks": 8000, "max_num_seqs": 256, "async_scheduling": True}},
+            "prefill": {"count": 2, "engine": {"num_gpu_blocks": 8000, "max_num_seqs": 256, **apc}},
+            "decode": {
+                "count": 2,
+                "engine": {"num_gpu_blocks": 8000, "max_num_seqs": 256, "async_scheduling": True, **apc},
+            },
             "links": {"kv": {"delay_ms": 1.0}},
             "cost_model": "synthetic-8b",
             "shadow_kv": shadow,
@@ -49,16 +53,17 @@ def workload(n: int):
     )
 
 
-def measure(n: int, shadow: bool) -> dict:
+def measure(n: int, shadow: bool, prefix_caching: bool = True) -> dict:
     wl = workload(n)
     t0 = time.perf_counter()
-    result = run_inproc(spec(shadow), wl, seed=0)
+    result = run_inproc(spec(shadow, prefix_caching), wl, seed=0)
     wall = time.perf_counter() - t0
     decode_tokens = sum(len(r.output_token_ids) for r in result.requests)
     assert not result.invariant_errors, result.invariant_errors[:3]
     return {
         "requests": n,
         "shadow_kv": shadow,
+        "prefix_caching": prefix_caching,
         "wall_s": wall,
         "simulated_s": result.duration,
         "decode_tokens": decode_tokens,
@@ -70,11 +75,11 @@ def measure(n: int, shadow: bool) -> dict:
     }
 
 
-def measure_in_child(n: int, shadow: bool) -> dict:
+def measure_in_child(n: int, shadow: bool, prefix_caching: bool = True) -> dict:
     """Each configuration in a fresh process, so peak memory is its own."""
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(1) as pool:
-        return pool.apply(measure, (n, shadow))
+        return pool.apply(measure, (n, shadow, prefix_caching))
 
 
 def main() -> None:
@@ -82,7 +87,12 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=10_000)
     ap.add_argument("--record", action="store_true")
     args = ap.parse_args()
-    rows = [measure_in_child(args.requests, shadow=False), measure_in_child(args.requests, shadow=True)]
+    # Prefix caching off and on, interleaved, for its cost (target: on <= 1.3x off).
+    rows = [
+        measure_in_child(args.requests, shadow=shadow, prefix_caching=apc)
+        for shadow in (False, True)
+        for apc in (False, True)
+    ]
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     lines = [
         f"### {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — {args.requests} requests, 2 prefill + 2 decode nodes",
@@ -92,15 +102,22 @@ def main() -> None:
         "",
         f"Load average at the end: {load} (2 cores, shared).",
         "",
-        "| shadow KV | wall s | simulated s | decode tokens | decode tok / wall s | req / wall s | events "
-        "| peak RSS MB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| shadow KV | prefix caching | wall s | simulated s | decode tokens | decode tok / wall s | req / wall s "
+        "| events | peak RSS MB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {'on' if r['shadow_kv'] else 'off'} | {r['wall_s']:.1f} | {r['simulated_s']:.1f} | "
+            f"| {'on' if r['shadow_kv'] else 'off'} | {'on' if r['prefix_caching'] else 'off'} | "
+            f"{r['wall_s']:.1f} | {r['simulated_s']:.1f} | "
             f"{r['decode_tokens']} | {r['decode_tokens_per_wall_s']:.0f} | {r['requests_per_wall_s']:.0f} | "
             f"{r['events']} | {r['max_rss_MB']:.0f} |"
+        )
+    lines.append("")
+    for off, on in zip(rows[::2], rows[1::2]):
+        lines.append(
+            f"Prefix caching on / off, shadow KV {'on' if off['shadow_kv'] else 'off'}: wall "
+            f"{on['wall_s'] / off['wall_s']:.2f}x (target <= 1.3x)."
         )
     lines.append("")
     text = "\n".join(lines)

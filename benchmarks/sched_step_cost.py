@@ -121,7 +121,7 @@ def best_of(runs: list[dict]) -> dict:
     return dict(best, repeats=len(runs))
 
 
-def _ours_one_run(n: int, steps: int) -> dict:
+def _ours_one_run(n: int, steps: int, prefix_caching: bool = False) -> dict:
     from engine.testing import create_requests, create_scheduler, make_model_runner_output
 
     cfg = bench_config(n, steps)
@@ -131,6 +131,7 @@ def _ours_one_run(n: int, steps: int) -> dict:
         num_blocks=cfg["num_blocks"],
         block_size=cfg["block_size"],
         max_model_len=cfg["max_model_len"],
+        enable_prefix_caching=prefix_caching,
     )
     reqs = create_requests(n, num_tokens=PROMPT_LEN, max_tokens=cfg["max_tokens"], ignore_eos=True)
     return steady_decode_cost(sched, reqs, make_model_runner_output, steps)
@@ -153,17 +154,22 @@ def measure(sizes, steps: int, repeat: int, with_vllm: bool) -> tuple[list[dict]
             session = launch.OracleSession("v1_bench.py")
             source = f"vLLM {session.hello['vllm_version']}"
     ours_runs: dict[int, list[dict]] = {n: [] for n in sizes}
+    cached_runs: dict[int, list[dict]] = {n: [] for n in sizes}
     vllm_runs: dict[int, list[dict]] = {n: [] for n in sizes}
     try:
         for _ in range(repeat):
             for n in sizes:
                 ours_runs[n].append(_ours_one_run(n, steps))
+                cached_runs[n].append(_ours_one_run(n, steps, prefix_caching=True))
                 if session is not None:
                     vllm_runs[n].append(session.ask({"n": n, "steps": steps}))
     finally:
         if session is not None:
             session.close()
     ours = [best_of(ours_runs[n]) for n in sizes]
+    for row, n in zip(ours, sizes):
+        cached = best_of(cached_runs[n])
+        row["cached_schedule_us"], row["cached_update_us"] = cached["schedule_us"], cached["update_us"]
     vllm = [best_of(vllm_runs[n]) for n in sizes] if session is not None else None
     return ours, vllm, source
 
@@ -207,6 +213,22 @@ def table(ours: list[dict], vllm: list[dict] | None) -> str:
         else:
             vcols = "– | – | – | –"
         lines.append(f"| {r['n']} | {r['schedule_us']:,.0f} | {r['update_us']:,.0f} | {total:,.0f} | {vcols} |")
+    return "\n".join(lines)
+
+
+def caching_table(ours: list[dict]) -> str:
+    """Ours with prefix caching on against off (same run, interleaved)."""
+    lines = [
+        "| N running | APC off total µs | APC on schedule() µs | APC on update() µs | APC on total µs | on / off |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in ours:
+        off = r["schedule_us"] + r["update_us"]
+        on = r["cached_schedule_us"] + r["cached_update_us"]
+        lines.append(
+            f"| {r['n']} | {off:,.0f} | {r['cached_schedule_us']:,.0f} | {r['cached_update_us']:,.0f} | "
+            f"{on:,.0f} | {on / off:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -257,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
             table(ours, vllm),
             "",
             verdict(ours, vllm),
+            "",
+            "Prefix caching (APC) on against off, ours, same loop (target: on <= 1.3x off):",
+            "",
+            caching_table(ours),
         ]
     )
     print(text)

@@ -212,7 +212,10 @@ class KVCacheManager:
             if watermark > len(free_queue) - reserved_blocks:
                 return None
             if self.enable_caching and not delay_cache_blocks:
-                self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
+                # Most steps complete no block: check that before the call.
+                to_cache = min(total_computed + num_new_tokens, request.num_tokens)
+                if to_cache // bs > self.num_cached_block.get(request.request_id, 0):
+                    self.cache_blocks(request, to_cache)
             return _NO_NEW_BLOCKS
         if num_new_blocks + watermark > len(free_queue) - reserved_blocks:
             return None
@@ -222,7 +225,9 @@ class KVCacheManager:
         else:
             req_blocks.extend(new_blocks)
         if self.enable_caching and not delay_cache_blocks:
-            self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
+            to_cache = min(total_computed + num_new_tokens, request.num_tokens)
+            if to_cache // bs > self.num_cached_block.get(request.request_id, 0):
+                self.cache_blocks(request, to_cache)
         return KVCacheBlocks(new_blocks)
 
     def _allocate_with_hit(

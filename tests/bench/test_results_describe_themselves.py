@@ -202,3 +202,17 @@ def test_metrics_series_carry_the_variant_and_one_server_serves_every_run():
         assert 'variant=""' not in text
     finally:
         obs.close()
+
+
+def test_time_scale_in_process_is_named_not_ignored_silently(tmp_path, capsys):
+    path = write(tmp_path, TINY)
+    out_dir = str(tmp_path / "o")
+    code = main(
+        ["run", str(path), "--out", out_dir, "--only", "fixed", "--repeats", "1", "--set", "cluster.time_scale=0.5"]
+    )
+    assert code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "note: cluster.time_scale=0.5 is a Ray setting (wall seconds slept per modelled second); in-process runs "
+        "use the virtual clock and ignore it (use --pace to watch a run in real time)"
+    ) in out

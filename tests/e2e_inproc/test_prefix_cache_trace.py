@@ -26,28 +26,29 @@ def expected_hits(path: Path = TRACE, block: int = BLOCK) -> tuple[int, int]:
     queries = hits = 0
     for i, row in enumerate(rows):
         n, ids = row["input_length"], row["hash_ids"]
-
-        def key(j: int) -> tuple:
-            # Engine block j's content: the hash ids up to the trace block it
-            # lies in and its place there; past the listed ids, the request's own.
-            m = (j * block) // MOONCAKE_BLOCK_TOKENS
-            return (tuple(ids[: m + 1]), j) if m < len(ids) else (i, j)
-
+        # Engine block j's content: the hash ids up to the trace block it lies
+        # in and its place there; past the listed ids, the request's own.
+        keys = [
+            (tuple(ids[: m + 1]), j) if (m := (j * block) // MOONCAKE_BLOCK_TOKENS) < len(ids) else (i, j)
+            for j in range(n // block)
+        ]
         max_hit = (n - 1) // block
         hit = 0
-        while hit < max_hit and key(hit) in seen:
+        while hit < max_hit and keys[hit] in seen:
             hit += 1
         queries += n
         hits += hit * block
-        seen.update(key(j) for j in range(n // block))
+        seen.update(keys)
     return queries, hits
 
 
 def spec(**overrides) -> ClusterSpec:
     base = {
         "prefill": {"count": 0},
-        "decode": {"count": 1, "engine": {"num_gpu_blocks": 4000, "max_num_batched_tokens": 8192,
-                                          "enable_prefix_caching": True}},
+        "decode": {
+            "count": 1,
+            "engine": {"num_gpu_blocks": 4000, "max_num_batched_tokens": 8192, "enable_prefix_caching": True},
+        },
         "time_scale": 0.02,
     }
     base.update(overrides)

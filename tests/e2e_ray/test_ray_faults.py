@@ -108,9 +108,9 @@ def test_a_killed_decode_node_s_requests_are_rerouted_to_the_live_one(ray_cluste
         links={"kv": {"delay_ms": 1.0}},
         time_scale=0.2,
     )
-    # 24 requests of 48 tokens arrive over 0.24 s; decode-0 dies at 0.3 s in the middle of decoding.
-    wl = workload(24, 64, 48, gap_s=0.01)
-    result = run_ray(spec, wl, seed=0, handle=ray_cluster, timeout_s=60, faults=[{"kill": "decode-0", "at": 0.3}])
+    # 24 requests of 160 tokens arrive over 0.24 s; decode-0 dies at 0.5 s in the middle of decoding them.
+    wl = workload(24, 64, 160, gap_s=0.01)
+    result = run_ray(spec, wl, seed=0, handle=ray_cluster, timeout_s=60, faults=[{"kill": "decode-0", "at": 0.5}])
 
     assert result.invariant_errors == []  # every token once and in order, survivors drained, nothing held
     assert {r.finish_reason for r in result.requests} == {"length"}
