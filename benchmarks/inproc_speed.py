@@ -3,7 +3,7 @@ wall-clock second, and peak memory, on a workload of >= 10,000 requests.
 
     .venv/bin/python -m benchmarks.inproc_speed [--requests 10000] [--record]
 
-`--record` appends the figures to benchmarks/RESULTS.md.
+`--record` adds the figures to benchmarks/RESULTS.md (newest first).
 """
 
 from __future__ import annotations
@@ -123,9 +123,9 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.record:
-        path = Path(__file__).parent / "RESULTS.md"
-        with path.open("a") as f:
-            f.write("\n## In-process runtime speed (benchmarks/inproc_speed.py)\n\n" + text + "\n")
+        from benchmarks.results_md import record_entry
+
+        record_entry("## In-process runtime speed (benchmarks/inproc_speed.py)", text)
 
 
 if __name__ == "__main__":

@@ -200,18 +200,10 @@ SECTION = "## KV handoff throughput (benchmarks/kv_handoff.py)"
 
 
 def record(report: str, path: Path = RESULTS) -> None:
-    """Append under this benchmark's section (created at the end if missing)."""
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    if SECTION not in text:
-        text = text.rstrip("\n") + f"\n\n{SECTION}\n\n{__doc__.strip().splitlines()[0]}\n\n"
-        text += report
-    else:
-        # Insert at the end of our section, before the next "## " heading.
-        start = text.index(SECTION)
-        next_heading = text.find("\n## ", start + len(SECTION))
-        end = len(text) if next_heading == -1 else next_heading + 1
-        text = text[:end].rstrip("\n") + "\n\n" + report + ("\n" + text[end:] if end < len(text) else "")
-    path.write_text(text)
+    """First in this benchmark's section (created if missing)."""
+    from benchmarks.results_md import record_entry
+
+    record_entry(SECTION, report, intro=__doc__.strip().splitlines()[0], path=path)
 
 
 def main() -> None:

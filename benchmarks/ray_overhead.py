@@ -148,20 +148,13 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if not args.no_record:
-        existing = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-        header = "## Ray control-plane overhead per decode step (benchmarks/ray_overhead.py)"
-        if header not in existing:
-            existing = (
-                existing.rstrip("\n")
-                + f"\n\n{header}\n\nTarget: <= {TARGET_MS:.0f} ms per decode step at pp_size 1 and 2.\n"
-            )
-            RESULTS.write_text(existing + "\n" + text)
-        else:
-            # Append under our own section, before the next section if any.
-            head, _, rest = existing.partition(header)
-            nxt = rest.find("\n## ")
-            section, tail = (rest, "") if nxt < 0 else (rest[:nxt], rest[nxt:])
-            RESULTS.write_text(head + header + section.rstrip("\n") + "\n\n" + text + tail)
+        from benchmarks.results_md import record_entry
+
+        record_entry(
+            "## Ray control-plane overhead per decode step (benchmarks/ray_overhead.py)",
+            text,
+            intro=f"Target: <= {TARGET_MS:.0f} ms per decode step at pp_size 1 and 2.",
+        )
 
 
 if __name__ == "__main__":

@@ -242,9 +242,14 @@ def verdict(ours: list[dict], vllm: list[dict] | None) -> str:
     return f"Ratio ours / vLLM at N=256: **{ratio:.2f}** ({ok} the <= 0.33 target)."
 
 
+SECTION = "## v1 scheduler step cost (benchmarks/sched_step_cost.py)"
+
+
 def record(text: str) -> None:
-    with RESULTS.open("a") as f:
-        f.write("\n" + text + "\n")
+    """`text` is the section heading, a blank line, then the entry."""
+    from benchmarks.results_md import record_entry
+
+    record_entry(SECTION, text.split("\n", 2)[2])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,16 +4,22 @@
              + decode_ms_per_token * decode_tokens
              + context_ms_per_ktoken * total_context_tokens / 1000
 
-Coefficient sets are named and selectable. Every built-in set is SYNTHETIC:
-chosen to be of the order reported for an 8B-class model on one modern
-datacenter GPU (a decode step of a few tens of ms at batch 64-128, prefill at
-several thousand tokens/s), not fitted to any measurement. Users who have
-measurements supply their own set (`CostModel.from_dict`).
+Coefficient sets are named and selectable. Every built-in linear set is
+SYNTHETIC: chosen to be of the order reported for an 8B-class model on one
+modern datacenter GPU (a decode step of a few tens of ms at batch 64-128,
+prefill at several thousand tokens/s), not fitted to any measurement. Users
+who have measurements supply their own set (`CostModel.from_dict`) or fit one
+(`disagg-sim calibrate`).
+
+The physical model is the roofline (engine/roofline.py); its presets
+(engine/data/presets.json, e.g. `llama-3.1-8b-h100`) are selected by name here
+too. Both kinds answer `step_time(shape)`: `StepCostModel`.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 from .outputs import SchedulerOutput
 
@@ -24,6 +30,11 @@ class StepShape:
     decode_tokens: int = 0
     context_tokens: int = 0
     batch_size: int = 0
+    # The detail the roofline needs: context of the decode rows alone (the K/V
+    # they read), and the prefill rows' (query, key) pairs under causal
+    # attention (n new tokens after `start` cached ones: n*start + n(n+1)/2).
+    decode_context_tokens: int = 0
+    prefill_attention_pairs: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -68,6 +79,17 @@ class CostModel:
         return asdict(self)
 
 
+class StepCostModel(Protocol):
+    """What a node needs of a cost model: a name and a step's seconds."""
+
+    @property
+    def name(self) -> str: ...
+
+    def step_time(self, shape: StepShape) -> float: ...
+
+    def to_dict(self) -> dict: ...
+
+
 COST_MODELS: dict[str, CostModel] = {
     # Synthetic: ~8 ms fixed cost, ~0.15 ms per prefill token (~6.7k tok/s),
     # ~0.1 ms per decode sequence, ~0.02 ms per 1k tokens of attended context.
@@ -79,28 +101,47 @@ COST_MODELS: dict[str, CostModel] = {
 }
 
 
-def get_cost_model(name_or_dict: str | dict | CostModel) -> CostModel:
-    if isinstance(name_or_dict, CostModel):
-        return name_or_dict
+def cost_model_names() -> list[str]:
+    """Every name `get_cost_model` takes: the synthetic sets and the roofline presets."""
+    from .model_shape import shipped_presets
+
+    return sorted(COST_MODELS) + sorted(shipped_presets())
+
+
+def get_cost_model(name_or_dict: str | dict | StepCostModel) -> StepCostModel:
+    """A synthetic set or roofline preset by name; a dict of linear
+    coefficients; or a roofline dict (it has `model` and `gpu`)."""
+    from .model_shape import shipped_presets
+    from .roofline import RooflineCostModel
+
     if isinstance(name_or_dict, dict):
+        if "model" in name_or_dict or "gpu" in name_or_dict:
+            return RooflineCostModel.from_dict(name_or_dict)
         return CostModel.from_dict(name_or_dict)
-    try:
+    if not isinstance(name_or_dict, str):
+        return name_or_dict
+    if name_or_dict in COST_MODELS:
         return COST_MODELS[name_or_dict]
-    except KeyError:
-        raise ValueError(
-            f"cost_model={name_or_dict!r} is unknown; allowed: {sorted(COST_MODELS)} or a dict of coefficients"
-        ) from None
+    presets = shipped_presets()
+    if name_or_dict in presets:
+        return RooflineCostModel.from_dict({"name": name_or_dict, **presets[name_or_dict]})
+    raise ValueError(
+        f"cost_model={name_or_dict!r} is unknown; allowed: {cost_model_names()} or a mapping "
+        "(linear coefficients, or a roofline's model and gpu)"
+    )
 
 
 def shape_of(
     scheduler_output: SchedulerOutput, prompt_lens: dict[str, int], computed_before: dict[str, int]
 ) -> StepShape:
-    prefill = decode = context = 0
+    prefill = decode = context = decode_context = pairs = 0
     for req_id, n in scheduler_output.num_scheduled_tokens.items():
         start = computed_before[req_id]
         if start < prompt_lens[req_id]:
             prefill += n
+            pairs += n * start + n * (n + 1) // 2
         else:
             decode += n
+            decode_context += start + n
         context += start + n
-    return StepShape(prefill, decode, context, len(scheduler_output.num_scheduled_tokens))
+    return StepShape(prefill, decode, context, len(scheduler_output.num_scheduled_tokens), decode_context, pairs)

@@ -138,10 +138,12 @@ class KVCacheManager:
         if not self.enable_caching:
             return
         request_id = request.request_id
+        num_cached = self.num_cached_block.get(request_id, 0)
+        if min(num_tokens, request.num_tokens) // self.block_size <= num_cached:
+            return  # no block completed since the last call (most calls)
         blocks = self.req_to_blocks.get(request_id)
         if not blocks:
             return
-        num_cached = self.num_cached_block.get(request_id, 0)
         hashes = update_block_hashes(request, self.block_size)
         num_full = min(num_tokens, len(hashes) * self.block_size) // self.block_size
         if num_cached >= num_full:

@@ -134,7 +134,7 @@ class SimModelRunner:
         if swap_in and self.cpu_shadow is not None:  # after the resumed requests' fresh tables were assigned
             self.cpu_shadow.swap_in(swap_in)
 
-        prefill = decode = context = 0
+        prefill = decode = context = decode_context = pairs = 0
         partial = so.partial_prefill_req_ids
         plan = StepPlan(so, StepShape())
         entries = plan.entries
@@ -143,11 +143,13 @@ class SimModelRunner:
             start = computed_before[req_id]
             if start < state.prompt_len:
                 prefill += n
+                pairs += n * start + n * (n + 1) // 2
             else:
                 decode += n
+                decode_context += start + n
             context += start + n
             entries.append((req_id, state.block_ids, start, n, req_id not in partial))
-        plan.shape = StepShape(prefill, decode, context, len(entries))
+        plan.shape = StepShape(prefill, decode, context, len(entries), decode_context, pairs)
         return plan
 
     def register_load(self, request_id: str, block_ids: list[int]) -> None:

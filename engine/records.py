@@ -78,6 +78,11 @@ class StepRecord:
     num_preemptions_total: int
     num_zero_progress_preemptions_total: int
     duration: float = 0.0  # modelled step time
+    # The step's shape beyond the token counts (engine/cost_model.py StepShape):
+    # what `disagg-sim calibrate` fits a cost model on.
+    context_tokens: int = 0
+    decode_context_tokens: int = 0
+    prefill_attention_pairs: int = 0
 
     @property
     def kv_usage(self) -> float:
@@ -104,3 +109,7 @@ class WorkloadRequest:
     # The prompt's content as (segment key, length) pairs (`engine/prompt.py`)
     # when it shares segments with other prompts; empty: content of its own.
     prompt_segments: tuple[tuple[int, int], ...] = ()
+    # Per-request sampling (the OpenAI front door); None: the cluster's sampler setting.
+    ignore_eos: bool | None = None
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()

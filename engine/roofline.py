@@ -1,0 +1,208 @@
+"""A roofline step-time model: a model's shape (engine/model_shape.py) on a
+GPU, tensor- and pipeline-parallel, priced from the step's batch.
+
+Per step (all layers; the pipeline executor splits a step's time evenly over
+the `pp` stages, connector/stage_pipeline.py):
+
+    time = host_overhead
+         + max(linear FLOPs / (F * compute_eff),   weight bytes / (B * memory_eff))
+         + max(attention FLOPs / (F * attention_eff), KV bytes / (B * memory_eff))
+         + TP all-reduces + PP hand-overs
+
+with F and B the tensor-parallel group's summed peak BF16 FLOPS and memory
+bandwidth. Linear FLOPs are 2 x active parameters per token (q/k/v/o, the
+MLP or the k routed experts) plus the LM head for each sampled sequence;
+weight bytes are read once per step (for MoE only the experts the step's
+tokens touch: E x (1 - (1 - k/E)^T) expected). Attention is 4 x heads x
+head_dim FLOPs per (query, key) pair; decode reads every context token's K/V
+and every step writes its tokens' K/V. A TP group runs two ring all-reduces
+of the step's activations per layer. The why and the numbers:
+docs/cost-model.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+from .cost_model import StepShape
+from .model_shape import GPUSpec, ModelShape, get_gpu, get_model
+
+GiB = 1024**3
+
+
+@dataclass(frozen=True)
+class RooflineParams:
+    """The few factors a roofline cannot know; `disagg-sim calibrate` fits them."""
+
+    # Scheduling, input preparation, sampling and launch gaps per step (ms):
+    # vLLM V1 with CUDA graphs, of the order docs/cost-model.md cites.
+    host_overhead_ms: float = 1.0
+    # Share of peak FLOPS the GEMMs reach, and the attention kernels.
+    compute_efficiency: float = 0.5
+    attention_efficiency: float = 0.35
+    # Share of peak memory bandwidth weight and KV reads reach.
+    memory_efficiency: float = 0.8
+    # Fixed cost of one all-reduce or one pipeline hand-over (launch + sync).
+    collective_latency_us: float = 8.0
+
+    def __post_init__(self) -> None:
+        for name in ("compute_efficiency", "attention_efficiency", "memory_efficiency"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+                raise ValueError(f"roofline: {name}={v!r} is invalid; allowed: a number in (0, 1]")
+        for name in ("host_overhead_ms", "collective_latency_us"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ValueError(f"roofline: {name}={v!r} is invalid; allowed: a number >= 0")
+
+
+PARAM_NAMES = tuple(RooflineParams.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class RooflineCostModel:
+    name: str
+    model: ModelShape
+    gpu: GPUSpec
+    tp: int = 1
+    pp: int = 1
+    params: RooflineParams = field(default_factory=RooflineParams)
+
+    def __post_init__(self) -> None:
+        for n in ("tp", "pp"):
+            v = getattr(self, n)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"cost model {self.name!r}: {n}={v!r} is invalid; allowed: an int >= 1")
+        if self.pp > self.model.num_hidden_layers:
+            raise ValueError(
+                f"cost model {self.name!r}: pp={self.pp} is invalid; allowed: <= num_hidden_layers "
+                f"({self.model.num_hidden_layers})"
+            )
+
+    # -- step time -----------------------------------------------------------
+    def step_time(self, shape: StepShape) -> float:
+        """Seconds for one step of this shape; an empty step costs nothing."""
+        tokens = shape.prefill_tokens + shape.decode_tokens
+        if tokens == 0:
+            return 0.0
+        m, g, p = self.model, self.gpu, self.params
+        flops = g.bf16_tflops * 1e12 * self.tp
+        bw = g.memory_bandwidth_GBps * 1e9 * self.tp
+        layers, db = m.num_hidden_layers, m.dtype_bytes
+        sampled = max(shape.batch_size, 1)
+
+        # Linear layers: every token through the attention projections and
+        # its k experts (or the dense MLP); the LM head for sampled rows.
+        if m.is_moe:
+            e, k = m.num_experts, m.num_experts_per_tok
+            touched = e * (1.0 - (1.0 - k / e) ** tokens)
+            mlp_active = k * m.expert_params + m.hidden_size * e
+            mlp_read = touched * m.expert_params + m.hidden_size * e
+        else:
+            mlp_active = mlp_read = m.expert_params
+        head = m.vocab_size * m.hidden_size
+        lin_flops = 2.0 * tokens * layers * (m.attn_params_per_layer + mlp_active) + 2.0 * sampled * head
+        lin_bytes = (layers * (m.attn_params_per_layer + mlp_read) + head) * db
+        t_linear = max(lin_flops / (flops * p.compute_efficiency), lin_bytes / (bw * p.memory_efficiency))
+
+        # Attention: (query, key) pairs; K/V read for every attended token,
+        # written for every new one.
+        decode_ctx = shape.decode_context_tokens
+        prefill_ctx = max(shape.context_tokens - decode_ctx, 0)
+        pairs = shape.prefill_attention_pairs + decode_ctx
+        attn_flops = 4.0 * layers * m.num_attention_heads * m.head_size * pairs
+        kv_bytes = m.kv_bytes_per_token * (decode_ctx + prefill_ctx + tokens)
+        t_attn = max(attn_flops / (flops * p.attention_efficiency), kv_bytes / (bw * p.memory_efficiency))
+
+        t_comm = 0.0
+        act_bytes = tokens * m.hidden_size * db
+        lat = p.collective_latency_us * 1e-6
+        if self.tp > 1:  # two ring all-reduces per layer
+            ring = 2.0 * (self.tp - 1) / self.tp * act_bytes / (g.interconnect_GBps * 1e9)
+            t_comm += 2 * layers * (ring + lat)
+        if self.pp > 1:  # one activation hand-over per stage boundary
+            t_comm += (self.pp - 1) * (act_bytes / (g.interconnect_GBps * 1e9) + lat)
+
+        return p.host_overhead_ms / 1000.0 + t_linear + t_attn + t_comm
+
+    # -- memory ---------------------------------------------------------------
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of K/V one token carries across all GPUs: the KV handoff's payload."""
+        return self.model.kv_bytes_per_token
+
+    def kv_bytes_per_token_per_gpu(self) -> int:
+        m = self.model
+        kv_heads = -(-m.num_key_value_heads // self.tp)  # replicated when tp > kv heads, as vLLM does
+        layers = -(-m.num_hidden_layers // self.pp)
+        return 2 * layers * kv_heads * m.head_size * m.dtype_bytes
+
+    def num_gpu_blocks(
+        self,
+        gpu_memory_utilization: float = 0.9,
+        block_size: int = 16,
+        max_num_batched_tokens: int = 8192,
+        max_num_seqs: int = 256,
+        runtime_overhead_GiB: float = 1.0,
+    ) -> int:
+        """KV blocks per GPU the way vLLM sizes its cache: the memory it may
+        use (`gpu_memory_utilization` x total) minus the weights on this GPU,
+        the profiled activation peak (one `max_num_batched_tokens` forward and
+        the sampler's logits) and non-torch memory (NCCL, CUDA graphs),
+        divided by one block's K/V on this GPU. The activation and overhead
+        terms are estimates (docs/cost-model.md)."""
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(
+                f"gpu_memory_utilization={gpu_memory_utilization!r} is invalid; allowed: a number in (0, 1]"
+            )
+        m = self.model
+        total = self.gpu.memory_GB * 1e9
+        weights = m.weight_bytes / (self.tp * self.pp)
+        inter = (m.num_experts_per_tok * m.moe_intermediate_size) if m.is_moe else m.intermediate_size
+        activations = max_num_batched_tokens * (2 * inter / self.tp + 4 * m.hidden_size) * m.dtype_bytes
+        logits = max_num_seqs * m.vocab_size * 4
+        available = total * gpu_memory_utilization - weights - activations - logits - runtime_overhead_GiB * GiB
+        per_block = block_size * self.kv_bytes_per_token_per_gpu()
+        blocks = int(available // per_block)
+        if blocks < 1:
+            raise ValueError(
+                f"cost model {self.name!r}: no memory left for KV blocks ({available / GiB:.1f} GiB after weights "
+                f"of {weights / GiB:.1f} GiB per GPU at gpu_memory_utilization={gpu_memory_utilization}); "
+                "allowed: a larger GPU, tp/pp, or utilization"
+            )
+        return blocks
+
+    # -- (de)serialisation ----------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "model": self.model.name,
+            "gpu": self.gpu.name,
+            "tp": self.tp,
+            "pp": self.pp,
+            **asdict(self.params),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RooflineCostModel:
+        """{model, gpu, tp?, pp?, name?, <RooflineParams fields>?}; model and gpu
+        are shipped names or mappings (config.json fields / datasheet figures)."""
+        allowed = {"name", "model", "gpu", "tp", "pp", *PARAM_NAMES}
+        unknown = set(data) - allowed
+        if unknown:
+            raise ValueError(f"cost model: unknown field(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+        for key in ("model", "gpu"):
+            if key not in data:
+                raise ValueError(f"cost model: {key} is missing; allowed: a shipped name or a mapping")
+        params = RooflineParams(**{k: data[k] for k in PARAM_NAMES if k in data})
+        return cls(
+            name=str(data.get("name", "custom")),
+            model=get_model(data["model"]),
+            gpu=get_gpu(data["gpu"]),
+            tp=data.get("tp", 1),
+            pp=data.get("pp", 1),
+            params=params,
+        )
+
+    def with_params(self, **changes: float) -> RooflineCostModel:
+        return replace(self, params=replace(self.params, **changes))
