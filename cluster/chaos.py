@@ -5,6 +5,8 @@ node names; a runtime applies them (the in-process runtime:
 
 Fault kinds:
 - `kill`: a node dies at `at` (never the last live node of its role);
+- `restart`: a killed node comes back at `at` as a fresh process (empty
+  pool and cache), and the proxy routes to it again;
 - `partition`: the KV link between a decode and a prefill node drops every
   message in [at, at + duration);
 - `loss_burst`: that link drops messages with probability `loss` in the window;
@@ -21,7 +23,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-FAULT_KINDS = ("kill", "partition", "loss_burst", "slow_stage")
+FAULT_KINDS = ("kill", "restart", "partition", "loss_burst", "slow_stage")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class ChaosConfig:
     max_fault_s: float = 1.0  # longest partition / burst / slow window
     burst_loss: float = 0.5
     slow_factor: float = 4.0
+    # How many of the killed nodes come back, each this long after its kill.
+    restarts: int = 0
+    restart_after_s: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,10 @@ def plan_faults(config: ChaosConfig, prefill: list[str], decode: list[str]) -> l
     for _ in range(config.slow_stages):
         d = rng.random() * config.max_fault_s
         faults.append(Fault("slow_stage", when(), rng.choice(nodes), d, factor=config.slow_factor))
+    # Drawn last, so a plan without restarts is the plan it always was.
+    kills = [f for f in faults if f.kind == "kill"]
+    for kill in rng.sample(kills, min(config.restarts, len(kills))):
+        faults.append(Fault("restart", kill.at + config.restart_after_s, kill.target))
     return sorted(faults, key=lambda f: (f.at, f.kind, f.target))
 
 

@@ -62,34 +62,18 @@ class InProcCluster:
         self.prefill_nodes: list[NodeRole] = []
         self.decode_nodes: list[NodeRole] = []
         self._producers: dict[str, PrefillNode] = {}
-        on_step = observer.on_step if observer is not None else None
+        self._settings = settings
+        self._on_step = observer.on_step if observer is not None else None
+        self._debug_invariants = debug_invariants
         self._executors: dict[str, VirtualPipelineExecutor] = {}
         self.chaos_faults: list[Fault] | None = None
+        self._specs: dict[str, tuple[str, Any, Any]] = {}
+        self.restarts: dict[str, int] = {}
         for role, node_spec, group in spec.node_specs():
             node_spec.sampler_seed = spec.sampler.seed + seed
-            stage_link = self._new_link(spec.links.stage) if group.pp_size > 1 else None
-            executor = self._executors[node_spec.name] = VirtualPipelineExecutor(self.loop, group.pp_size, stage_link)
-            ports = NodePorts(
-                clock=self.loop,
-                executor=executor,
-                emit=lambda events, name=node_spec.name: self._from_node(name, events),
-            )
-            node: NodeRole
-            if role == "prefill":
-                node = PrefillNode(node_spec, settings, ports, on_step, debug_invariants)
-                node.set_address(node.name)  # in-process, a producer's address is its name
-                self._producers[node.name] = node
-                self.prefill_nodes.append(node)
-            else:
-                kv = InProcKVTransport(
-                    node_spec.name,
-                    self.loop,
-                    self._producers,
-                    self._kv_link,  # type: ignore[arg-type]
-                    spec.bytes_per_token,
-                )
-                node = DecodeNode(node_spec, settings, ports, kv, on_step, debug_invariants)
-                self.decode_nodes.append(node)
+            self._specs[node_spec.name] = (role, node_spec, group)
+            node = self._build_node(role, node_spec, group)
+            (self.prefill_nodes if role == "prefill" else self.decode_nodes).append(node)
             self.nodes[node.name] = node
         # The proxy <-> node connections are TCP: loss costs retransmissions, never order.
         self._proxy_links: dict[str, tuple[ReliableLine, ReliableLine]] = {}
@@ -113,6 +97,7 @@ class InProcCluster:
         self.failures: dict[str, str] = {}  # request id -> why it finished with "error"
         self.rerouted: dict[str, int] = {}  # request id -> times re-routed to a live decode node
         self.events_rejected = 0  # node events about requests not routed to that node
+        self.requests_aborted = 0  # requests whose client went away (`abort`)
         self._backlog: list[WorkloadRequest] = []
         self._in_flight = 0
         self.max_concurrency: int | None = None
@@ -173,8 +158,10 @@ class InProcCluster:
             self.records[w.request_id].arrival_time,
             w.priority,
             params,
-            self.spec.sampler.ignore_eos,
+            self.spec.sampler.ignore_eos if w.ignore_eos is None else w.ignore_eos,
             list(w.prompt_segments) or None,
+            w.min_tokens,
+            list(w.stop_token_ids) or None,
         )
 
     # -- the proxy ------------------------------------------------------------------
@@ -209,6 +196,10 @@ class InProcCluster:
         for ev in events:
             rec = self.records.get(ev.request_id)
             if rec is None or rec.finish_reason is not None:
+                if type(ev) is OutputEvent and not decoding and ev.kv_transfer_params and ev.finish_reason == "length":
+                    # A prompt finished for a request that ended meanwhile (its
+                    # client went away): the prefill node need not hold it.
+                    self._release_held(node, ev.request_id)
                 continue
             if node_of.get(ev.request_id) is not node:
                 # Not the node the request is routed to (any more): a killed
@@ -282,6 +273,84 @@ class InProcCluster:
         if self._backlog:
             self._arrive(self._backlog.pop(0))
 
+    # -- clients that go away ------------------------------------------------------------
+    def abort(self, request_id: str) -> bool:
+        """The client went away: the request ends with finish reason "abort"
+        and is aborted in the engine of the node that has it (its blocks are
+        freed there, `requests_aborted` counts it); a prompt a prefill node
+        still holds for it is released. False if it was already finished."""
+        rec = self.records.get(request_id)
+        if rec is None or rec.finish_reason is not None:
+            return False
+        self.requests_aborted += 1
+        node = self._node_of.pop(request_id, None)  # a message still in transit is dropped on delivery
+        if node is not None and node.alive:
+            arrival = self._proxy_links[node.name][0].transit(self.loop.now(), REQUEST_BYTES)
+            if arrival is not None:
+                self.loop.at(arrival, node.abort, [request_id])
+        self._release_at_prefill(request_id)
+        self._finish(request_id, "abort")
+        return True
+
+    def _build_node(self, role: str, node_spec, group) -> NodeRole:
+        """A node with its in-process ports: a fresh process, also when a chaos
+        restart brings a killed node back."""
+        stage_link = self._new_link(self.spec.links.stage) if group.pp_size > 1 else None
+        executor = self._executors[node_spec.name] = VirtualPipelineExecutor(self.loop, group.pp_size, stage_link)
+        ports = NodePorts(
+            clock=self.loop,
+            executor=executor,
+            emit=lambda events, name=node_spec.name: self._from_node(name, events),
+        )
+        if role == "prefill":
+            producer = PrefillNode(node_spec, self._settings, ports, self._on_step, self._debug_invariants)
+            producer.set_address(producer.name)  # in-process, a producer's address is its name
+            self._producers[producer.name] = producer
+            return producer
+        kv = InProcKVTransport(
+            node_spec.name,
+            self.loop,
+            self._producers,
+            self._kv_link,  # type: ignore[arg-type]
+            self.spec.bytes_per_token,
+        )
+        return DecodeNode(node_spec, self._settings, ports, kv, self._on_step, self._debug_invariants)
+
+    def restart_node_at(self, name: str, at: float) -> None:
+        if name not in self.nodes:
+            raise ValueError(f"node {name!r} is unknown; allowed: {', '.join(self.nodes)}")
+        self.loop.at(at, self._restart, name)
+
+    def _restart(self, name: str) -> None:
+        """A killed node's process comes back: empty pool, empty cache, the
+        same address; the proxy routes to it again."""
+        old = self.nodes[name]
+        if old.alive:
+            return
+        role, node_spec, group = self._specs[name]
+        node = self._build_node(role, node_spec, group)
+        self.nodes[name] = node
+        group_nodes = self.prefill_nodes if role == "prefill" else self.decode_nodes
+        group_nodes[group_nodes.index(old)] = node
+        self.restarts[name] = self.restarts.get(name, 0) + 1
+        self._log("restart", name)
+        self._rebuild_routers()
+
+    def _rebuild_routers(self) -> None:
+        live_prefill = [n for n in self.prefill_nodes if n.alive]
+        live_decode = [n for n in self.decode_nodes if n.alive]
+        self.prefill_router = (
+            Router(live_prefill, self.spec.routing, NodeRole.load, self._prefill_index) if live_prefill else None
+        )
+        self.decode_router = (
+            Router(live_decode, self.spec.routing, NodeRole.load, self._decode_index) if live_decode else None
+        )
+
+    def forget(self, request_id: str) -> None:
+        """Drop a finished request's bookkeeping (a long-running server)."""
+        for table in (self.records, self._workload, self._node_of, self._prefill_of, self.failures, self.rerouted):
+            table.pop(request_id, None)  # type: ignore[attr-defined]
+
     # -- faults ----------------------------------------------------------------------
     def kill_node_at(self, name: str, at: float) -> None:
         if name not in self.nodes:
@@ -296,6 +365,8 @@ class InProcCluster:
             end = fault.at + fault.duration
             if fault.kind == "kill":
                 self.kill_node_at(fault.target, fault.at)
+            elif fault.kind == "restart":
+                self.restart_node_at(fault.target, fault.at)
             elif fault.kind in ("partition", "loss_burst"):
                 consumer, producer = fault.target.split(">")
                 link = self._kv_link(consumer, producer)
@@ -325,14 +396,7 @@ class InProcCluster:
 
     def _node_gone(self, node: NodeRole, why: str) -> None:
         # The proxy stops routing to it (it notices the dead connection).
-        live_prefill = [n for n in self.prefill_nodes if n.alive]
-        live_decode = [n for n in self.decode_nodes if n.alive]
-        self.prefill_router = (
-            Router(live_prefill, self.spec.routing, NodeRole.load, self._prefill_index) if live_prefill else None
-        )
-        self.decode_router = (
-            Router(live_decode, self.spec.routing, NodeRole.load, self._decode_index) if live_decode else None
-        )
+        self._rebuild_routers()
         lost = [r for r, at in self._node_of.items() if at is node and self.records[r].finish_reason is None]
         for req_id in lost:
             if node.role == "decode" and self.decode_router is not None:
@@ -370,7 +434,11 @@ class InProcCluster:
 
     def _release_at_prefill(self, request_id: str) -> None:
         prefill = self._prefill_of.pop(request_id, None)
-        if prefill is not None and prefill.alive:
+        if prefill is not None:
+            self._release_held(prefill, request_id)
+
+    def _release_held(self, prefill: NodeRole, request_id: str) -> None:
+        if prefill.alive and isinstance(prefill, PrefillNode):
             arrival = self._proxy_links[prefill.name][0].transit(self.loop.now(), REQUEST_BYTES)
             if arrival is not None:
                 self.loop.at(arrival, prefill.release, [request_id])
@@ -385,6 +453,9 @@ class InProcCluster:
         for name, n in self.nodes.items():
             if not n.alive:
                 node_counters[name]["killed"] = 1
+            if name in self.restarts:
+                # The counters are the last process's; earlier ones died with theirs.
+                node_counters[name]["restarts"] = self.restarts[name]
         records = [self.records[r] for r in sorted(self.records, key=lambda r: (self.records[r].arrival_time, r))]
         sampler = DeterministicSampler(self.spec.sampler.seed + self.seed, self.spec.sampler.stop_probability)
         errors = check_requests(
