@@ -7,6 +7,8 @@ disagg-sim compare [LABEL=]RESULTS ... [--threshold EXPR ...] [--baseline VARIAN
 disagg-sim validate SCENARIO
 disagg-sim schema [--markdown | --json | --metrics SCENARIO]
 disagg-sim scenarios
+disagg-sim serve [SCENARIO] [--host 127.0.0.1] [--port 8000] [--model-name NAME] [--time-scale X] [--variant V]
+disagg-sim tokenizer DIR
 disagg-sim --version
 
 Exit codes: 0 all thresholds pass; 1 a threshold failed; 2 bad input (one
@@ -262,6 +264,18 @@ def cmd_scenarios(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    from .serve.cli import serve_command
+
+    return serve_command(args)
+
+
+def cmd_tokenizer(args) -> int:
+    from .serve.cli import tokenizer_command
+
+    return tokenizer_command(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .provenance import tool_version
 
@@ -338,6 +352,12 @@ def build_parser() -> argparse.ArgumentParser:
     sc.set_defaults(func=cmd_schema)
     s = sub.add_parser("scenarios", help="list the built-in scenarios")
     s.set_defaults(func=cmd_scenarios)
+    from .calibrate import add_calibrate_parser
+
+    add_calibrate_parser(sub)
+    from .serve.cli import add_serve_parsers
+
+    add_serve_parsers(sub, _number, cmd_serve, cmd_tokenizer)
     return p
 
 

@@ -91,8 +91,20 @@ INTER_TOKEN_LATENCY_BUCKETS = (
     80.0,
 )
 
+# vLLM's build_1_2_5_buckets, up to a length no request here exceeds.
+TOKEN_COUNT_BUCKETS = tuple(m * 10**e for e in range(6) for m in (1, 2, 5))
+# vLLM sizes these from cudagraph capture sizes and max_num_batched_tokens; powers of two here.
+ITERATION_TOKENS_BUCKETS = tuple(2**k for k in range(15))
+# KV transfer times (vLLM's NIXL connector's `nixl_xfer_time_seconds` buckets).
+KV_TRANSFER_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0)
+FINISHED_REASONS = ("stop", "length", "abort", "error")
+
 # Counter keys a node reports (see engine counters) -> our counter attribute.
 _COUNTER_FOR_KEY = {
+    "kv_pulls_started": "kv_pulls_started",
+    "kv_pulls_completed": "kv_pulls_completed",
+    "kv_pulls_failed": "kv_pulls_failed",
+    "kv_blocks_pulled": "kv_blocks_pulled",
     "num_preemptions": "preemptions",
     "num_zero_progress_preemptions": "zero_progress_preemptions",
     "num_allocate_slots_calls": "allocate_slots_calls",
@@ -180,6 +192,46 @@ class NodeMetricsExporter:
             REQUEST_LATENCY_BUCKETS,
         )
 
+        # Tokens, finish reasons and request shapes: vLLM's names, observed when a
+        # request finishes (vLLM counts prompt and generation tokens per step;
+        # the totals agree once the requests are done).
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
+        # One series per finish reason: a family of its own (the reason is a label of the sample).
+        self._request_success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            names + ["finished_reason"],
+            registry=self.registry,
+        )
+        self.request_prompt_tokens = histogram(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", TOKEN_COUNT_BUCKETS
+        )
+        self.request_generation_tokens = histogram(
+            "vllm:request_generation_tokens", "Number of generation tokens processed.", TOKEN_COUNT_BUCKETS
+        )
+        self.iteration_tokens = histogram(
+            "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", ITERATION_TOKENS_BUCKETS
+        )
+        self.prefill_time = histogram(
+            "vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.decode_time = histogram(
+            "vllm:request_decode_time_seconds",
+            "Histogram of time spent in DECODE phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        # The KV handoff (a decode node's pulls), under vLLM's NIXL connector names where it has one.
+        self.kv_transfer_time = histogram(
+            "vllm:nixl_xfer_time_seconds", "Histogram of transfer duration for KV cache transfers.", KV_TRANSFER_BUCKETS
+        )
+        self.kv_pulls_failed = counter("vllm:nixl_num_failed_transfers", "Number of failed NIXL KV Cache transfers.")
+        self.kv_pulls_started = counter("disagg_sim:kv_pulls_started", "KV pulls a decode node started.")
+        self.kv_pulls_completed = counter("disagg_sim:kv_pulls_completed", "KV pulls that landed every block.")
+        self.kv_blocks_pulled = counter("disagg_sim:kv_blocks_pulled", "KV blocks received over the handoff.")
+
         self.zero_progress_preemptions = counter(
             "disagg_sim:num_zero_progress_preemptions",
             "Preemptions whose victim freed no blocks because a fenced step still held them.",
@@ -260,6 +312,8 @@ class NodeMetricsExporter:
             num_deferred_blocks=step.num_deferred_blocks,
             batches_in_flight=step.batches_in_flight,
         )
+        if step.num_scheduled_tokens:
+            self.iteration_tokens.observe(step.num_scheduled_tokens)
         self.sync_counters(
             {
                 "num_preemptions": step.num_preemptions_total,
@@ -280,6 +334,19 @@ class NodeMetricsExporter:
                 self.tpot.observe((rec.e2el - ttft) / (len(rec.token_times) - 1))
         if rec.queue_time is not None:
             self.queue_time.observe(rec.queue_time)
+        generated = len(rec.output_token_ids)
+        self.prompt_tokens.inc(rec.prompt_len)
+        self.generation_tokens.inc(generated)
+        self.request_prompt_tokens.observe(rec.prompt_len)
+        self.request_generation_tokens.observe(generated)
+        if rec.finish_reason is not None:
+            self._request_success.labels(**self.labels, finished_reason=rec.finish_reason).inc()
+        if rec.token_times and rec.first_scheduled_time is not None:
+            self.prefill_time.observe(max(0.0, rec.token_times[0] - rec.first_scheduled_time))
+            if rec.finish_time is not None:
+                self.decode_time.observe(max(0.0, rec.finish_time - rec.token_times[0]))
+        if rec.remote_kv_wait is not None:
+            self.kv_transfer_time.observe(rec.remote_kv_wait)
 
     def _inc(self, attr: str, n: int) -> None:
         if n:

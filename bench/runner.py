@@ -210,6 +210,8 @@ def run_scenario(
                     wall = time.monotonic() - t0 - (observer.held_s if observer is not None else 0.0)
                     if observer is not None:
                         observer.sync_counters(run.node_counters)
+                    if runtime == "ray":
+                        add_request_distortion(run, scenario, variant, repeat)
                     outcome.runs[(variant, repeat)] = run
                     for err in run.invariant_errors:
                         outcome.invariant_errors.append(f"{variant} r{repeat}: {err}")
@@ -234,6 +236,10 @@ def run_scenario(
                             **run.extra,
                         },
                     )
+                    if runtime == "ray":
+                        from .wall_twin import model_time_metrics
+
+                        result["model_time"] = model_time_metrics(result)
                     result["scenario_config"] = scenario_config(scenario, variant, runtime)
                     if provenance is not None:
                         result["provenance"] = provenance
@@ -257,6 +263,9 @@ def run_scenario(
     baseline, metrics, table = summarize(outcome.results, baseline, metrics)
     outcome.table = (baseline, metrics, table)
     console.print(format_compare_table(baseline, metrics, table))
+    if runtime == "ray":
+        for line in distortion_lines(outcome.results):
+            console.print(line, markup=False, highlight=False)
     thresholds = [t for t in scenario.file.thresholds if not only or _names_only(t, variants)]
     outcome.threshold_outcomes = evaluate_thresholds(outcome.results, thresholds)
     if outcome.threshold_outcomes:
@@ -283,6 +292,22 @@ def run_scenario(
     elif outcome.out_dir is not None:
         console.print(f"results in {outcome.out_dir}")
     return outcome
+
+
+def add_request_distortion(run: RunResult, scenario: Scenario, variant: str, repeat: int) -> None:
+    """Per-request wall TTFT/E2EL of a Ray run against its in-process twin
+    (bench/wall_twin.py), into `extra["distortion"]["requests"]`."""
+    from .wall_twin import twin_request_distortion
+
+    dist = run.extra.get("distortion")
+    if dist is not None:
+        dist["requests"] = twin_request_distortion(run, scenario, variant, repeat)
+
+
+def distortion_lines(results: list[dict]) -> list[str]:
+    from .wall_twin import distortion_lines as lines
+
+    return lines(results)
 
 
 def table_metrics(metrics: list[str]) -> list[str]:

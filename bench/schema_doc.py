@@ -25,9 +25,10 @@ from cluster.spec import (
     LinkSettings,
     LinksSpec,
     NodeGroup,
+    RooflineSettings,
     SamplerSettings,
 )
-from engine.cost_model import COST_MODELS
+from engine.cost_model import cost_model_names
 
 from .scenario import Fault, Report, ScenarioFile, TraceSource, Variant
 from .workloads.arrivals import AllAtOnceArrivals, ConstantArrivals, GammaArrivals, PoissonArrivals
@@ -56,6 +57,7 @@ SECTIONS: list[tuple[str, str, type[BaseModel]]] = [
     ("One link", "cluster.links.{proxy,kv,stage}", LinkSettings),
     ("Sampler", "cluster.sampler", SamplerSettings),
     ("Custom cost model", "cluster.cost_model", CostModelSettings),
+    ("Roofline cost model", "cluster.cost_model", RooflineSettings),
     ("Synthetic workload", "workload", WorkloadSpec),
     ("Length `kind: fixed`", "workload.{prompt_len,output_len}", FixedLength),
     ("Length `kind: uniform`", "workload.{prompt_len,output_len}", UniformLengths),
@@ -214,7 +216,10 @@ def render_markdown() -> str:
         for name, info in model.model_fields.items():
             allowed = _bounds(info)
             if name == "cost_model" and model is ClusterSpec:
-                allowed = ", ".join(f'"{n}"' for n in sorted(COST_MODELS)) + " or a mapping (Custom cost model)"
+                allowed = (
+                    ", ".join(f'"{n}"' for n in cost_model_names())
+                    + ", a preset file (*.json), or a mapping (Custom / Roofline cost model)"
+                )
             row = [
                 f"`{name}`",
                 _cell(_type_name(info.annotation)),

@@ -15,7 +15,6 @@ import platform
 import resource
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 from bench.workloads import generate_workload, parse_workload_spec
 from cluster.inproc import run_inproc

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from connector.link import LinkSpec
 from connector.pull_policy import KVFaultPolicy
 from engine.block_hash import prompt_block_hashes
 from engine.config import CacheConfig, SchedulerConfig
-from engine.cost_model import COST_MODELS, CostModel, get_cost_model
+from engine.cost_model import COST_MODELS, StepCostModel, cost_model_names, get_cost_model
 from engine.node_core import NodeSpec
 from engine.prompt import PromptTokens
+from engine.roofline import RooflineCostModel
 from engine.v0.config import SchedulerConfig as V0SchedulerConfig
 from node.settings import NodeSettings
 
@@ -46,6 +47,16 @@ MAX_RUN_S = 86_400.0  # a day of run time for timeouts, deadlines, holds
 MAX_SEED = 2**32 - 1  # numpy's SeedSequence and the link seeds take non-negative ints
 
 
+def _int_or_auto(v, handler, low: int, high: int):
+    """One error for an int-or-"auto" field, not one per union branch."""
+    if v == "auto":
+        return v
+    try:
+        return handler(v)
+    except ValidationError:
+        raise ValueError(f"allowed: an int in [{low}, {high}] or 'auto'") from None
+
+
 class _Strict(BaseModel):
     # allow_inf_nan=False: an infinite or NaN number is never a usable setting
     # (NaN corrupts the event queue's ordering; inf never fires).
@@ -54,7 +65,11 @@ class _Strict(BaseModel):
 
 class EngineSettings(_Strict):
     engine: Literal["v1", "v0"] = "v1"
-    num_gpu_blocks: int = Field(1024, ge=2, le=MAX_BLOCKS)
+    # An int in [2, 1000000], or "auto": sized from GPU memory as vLLM does
+    # (needs a roofline cost model).
+    num_gpu_blocks: Annotated[int, Field(ge=2, le=MAX_BLOCKS)] | Literal["auto"] = 1024
+    # With num_gpu_blocks "auto": the share of GPU memory vLLM may use.
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     block_size: int = Field(16, ge=1, le=1024)
     max_num_seqs: int = Field(128, ge=1, le=MAX_SEQS)
     max_num_batched_tokens: int = Field(8192, ge=1, le=MAX_TOKENS)
@@ -76,6 +91,11 @@ class EngineSettings(_Strict):
     # vLLM 0.5.3's: recompute for one-sequence requests, which all of ours are).
     num_cpu_blocks: int = Field(0, ge=0, le=MAX_BLOCKS)
     preemption_mode: Literal["auto", "recompute", "swap"] = "auto"
+
+    @field_validator("num_gpu_blocks", mode="wrap")
+    @classmethod
+    def _blocks_or_auto(cls, v, handler):
+        return _int_or_auto(v, handler, 2, MAX_BLOCKS)
 
     @model_validator(mode="after")
     def _settings_of_the_chosen_engine(self) -> EngineSettings:
@@ -192,19 +212,58 @@ class CostModelSettings(_Strict):
     context_ms_per_ktoken: float = Field(ge=0, le=3_600_000)
 
 
+class RooflineSettings(_Strict):
+    """A roofline cost model (engine/roofline.py): a model's config.json fields on a GPU's datasheet figures."""
+
+    name: str = Field("custom", min_length=1, max_length=100)
+    # A shipped model name (engine/data/models.json) or config.json fields.
+    model: str | dict
+    # A shipped GPU name (engine/data/gpus.json) or its figures.
+    gpu: str | dict
+    tp: int = Field(1, ge=1, le=MAX_PP)
+    pp: int = Field(1, ge=1, le=MAX_PP)
+    host_overhead_ms: float = Field(1.0, ge=0, le=3_600_000)
+    compute_efficiency: float = Field(0.5, gt=0, le=1)
+    attention_efficiency: float = Field(0.35, gt=0, le=1)
+    memory_efficiency: float = Field(0.8, gt=0, le=1)
+    collective_latency_us: float = Field(8.0, ge=0, le=3_600_000)
+
+    @model_validator(mode="after")
+    def _builds(self) -> RooflineSettings:
+        RooflineCostModel.from_dict(self.model_dump())  # unknown names, bad config fields
+        return self
+
+
+def _load_preset_file(path: str) -> dict:
+    """A preset file (`disagg-sim calibrate` writes them): JSON, a cost model mapping."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"cost_model={path!r}: cannot read the preset file ({err}); allowed: a JSON file") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"cost_model={path!r}: the preset file holds {type(data).__name__}; allowed: a mapping")
+    return data
+
+
 class ClusterSpec(_Strict):
     prefill: NodeGroup = Field(default_factory=lambda: NodeGroup(count=1, engine=EngineSettings()))
     decode: NodeGroup = Field(default_factory=NodeGroup)
     links: LinksSpec = Field(default_factory=LinksSpec)
-    # A built-in name (COST_MODELS) or the coefficients of a custom one.
-    cost_model: str | CostModelSettings = "synthetic-8b"
+    # A built-in name (synthetic set or roofline preset), a preset file (*.json,
+    # from `disagg-sim calibrate`), linear coefficients, or a roofline mapping.
+    cost_model: str | CostModelSettings | RooflineSettings = "synthetic-8b"
     # prefix_aware: to the node the proxy sent the longest prefix of the prompt before.
     routing: Literal["round_robin", "least_loaded", "prefix_aware"] = "round_robin"
     sampler: SamplerSettings = Field(default_factory=SamplerSettings)
     shadow_kv: bool = True
     # KV payload per token (bytes): small by default; 131072 B is an 8B-class
     # model in fp16 (2 x 32 layers x 8 KV heads x 128 dims x 2 bytes).
-    bytes_per_token: int = Field(64, ge=1, le=16 * 2**20)
+    # An int in [1, 16 MiB], or "auto": the cost model's K/V bytes per token
+    # (needs a roofline cost model).
+    bytes_per_token: Annotated[int, Field(ge=1, le=16 * 2**20)] | Literal["auto"] = 64
     # The KV fault policy (connector/pull_policy.py), in run seconds: virtual
     # in-process, wall (not scaled by time_scale) on Ray.
     kv_pull_timeout_s: float = Field(2.0, gt=0, le=MAX_RUN_S)
@@ -218,12 +277,44 @@ class ClusterSpec(_Strict):
     # Ray runtime only: wall seconds slept per modelled second of step time.
     time_scale: float = Field(1.0, ge=1e-4, le=1e4)
 
-    @field_validator("cost_model")
+    @field_validator("cost_model", mode="before")
     @classmethod
     def _known_cost_model(cls, v):
-        if isinstance(v, str):
+        if isinstance(v, str) and v.endswith(".json"):
+            v = _load_preset_file(v)
+        if isinstance(v, dict) and ("model" in v or "gpu" in v):
+            return RooflineSettings.model_validate(v)  # not the linear branch's errors
+        if isinstance(v, str) and v not in cost_model_names():
             get_cost_model(v)  # raises with the allowed names
         return v
+
+    @model_validator(mode="after")
+    def _sizes_from_the_model(self) -> ClusterSpec:
+        """Resolve "auto" sizes from a roofline cost model, as vLLM sizes its cache."""
+        wants = [g for g in (self.prefill, self.decode) if g.engine.num_gpu_blocks == "auto"]
+        if not wants and self.bytes_per_token != "auto":
+            return self
+        model = self.cost()
+        if not isinstance(model, RooflineCostModel):
+            key = "num_gpu_blocks" if wants else "bytes_per_token"
+            raise ValueError(
+                f"{key}='auto' needs a roofline cost model; cost_model={model.name!r} is a linear set; allowed: "
+                f"a preset such as 'llama-3.1-8b-h100', or an explicit {key}"
+            )
+        for group in wants:
+            e = group.engine
+            blocks = model.num_gpu_blocks(
+                e.gpu_memory_utilization, e.block_size, e.max_num_batched_tokens, e.max_num_seqs
+            )
+            e.num_gpu_blocks = min(blocks, MAX_BLOCKS)
+        if self.bytes_per_token == "auto":
+            self.bytes_per_token = model.kv_bytes_per_token
+        return self
+
+    @field_validator("bytes_per_token", mode="wrap")
+    @classmethod
+    def _bytes_or_auto(cls, v, handler):
+        return _int_or_auto(v, handler, 1, 16 * 2**20)
 
     @field_validator("decode")
     @classmethod
@@ -258,8 +349,8 @@ class ClusterSpec(_Strict):
     def disaggregated(self) -> bool:
         return self.prefill.count > 0
 
-    def cost(self) -> CostModel:
-        if isinstance(self.cost_model, CostModelSettings):
+    def cost(self) -> StepCostModel:
+        if isinstance(self.cost_model, (CostModelSettings, RooflineSettings)):
             return get_cost_model(self.cost_model.model_dump())
         return get_cost_model(self.cost_model)
 
@@ -286,6 +377,7 @@ class ClusterSpec(_Strict):
 
     def node_settings(self, time_scale: float = 1.0) -> NodeSettings:
         """What every node of this cluster runs with (`time_scale` 1: the virtual clock)."""
+        assert isinstance(self.bytes_per_token, int)  # "auto" is resolved at validation
         return NodeSettings(self.cost(), time_scale, self.bytes_per_token, self.kv_policy())
 
     def node_specs(self) -> list[tuple[str, NodeSpec, NodeGroup]]:
@@ -318,4 +410,13 @@ class ClusterSpec(_Strict):
         return out
 
 
-__all__ = ["ClusterSpec", "NodeGroup", "EngineSettings", "LinkSettings", "LinksSpec", "SamplerSettings", "COST_MODELS"]
+__all__ = [
+    "ClusterSpec",
+    "NodeGroup",
+    "EngineSettings",
+    "LinkSettings",
+    "LinksSpec",
+    "SamplerSettings",
+    "RooflineSettings",
+    "COST_MODELS",
+]

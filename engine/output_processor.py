@@ -77,12 +77,7 @@ class OutputProcessorMixin:
                     request.num_output_placeholders -= 1
             else:
                 new_token_ids, stopped = self._update_request_with_output(request, list(new_token_ids), output_is_stale)
-            if (
-                caching
-                and had_placeholders
-                and not output_is_stale
-                and status_before_stop == RequestStatus.RUNNING
-            ):
+            if caching and had_placeholders and not output_is_stale and status_before_stop == RequestStatus.RUNNING:
                 # With placeholders, allocate_slots could not cache the blocks
                 # these tokens complete (their ids were not known yet).
                 cache_blocks(request, request.num_computed_tokens - request.num_in_flight_tokens)

@@ -32,6 +32,7 @@ _repr.maxstring = _repr.maxother = 40
 _repr.maxlist = _repr.maxtuple = _repr.maxdict = 4
 _repr.maxlevel = 2
 MAX_REQUEST_ID_CHARS = 256
+MAX_STOP_TOKEN_IDS = 1024
 
 
 def short(value: Any) -> str:
@@ -68,15 +69,24 @@ class RequestMessage(NamedTuple):
     # The prompt's content as (segment key, length) pairs (`engine/prompt.py`),
     # when it shares segments with other prompts; None: content of its own.
     prompt_segments: list | None = None
+    # Sampling a client asked for (the OpenAI front door, `bench/serve/`).
+    min_tokens: int = 0
+    stop_token_ids: list | None = None
 
     def to_wire(self) -> list:
         return ["req", *self]
 
     @classmethod
     def from_wire(cls, wire: Any) -> RequestMessage:
-        rid, prompt_len, max_tokens, arrival, priority, params, ignore_eos, segments = _fields("req", wire, 8)
+        fields = _fields("req", wire, 10)
+        rid, prompt_len, max_tokens, arrival, priority, params, ignore_eos, segments, min_tokens, stop_ids = fields
         rid = _request_id(rid)
-        for name, value in (("prompt_len", prompt_len), ("max_tokens", max_tokens), ("priority", priority)):
+        for name, value in (
+            ("prompt_len", prompt_len),
+            ("max_tokens", max_tokens),
+            ("priority", priority),
+            ("min_tokens", min_tokens),
+        ):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise MessageError(f"{rid}: {name}={short(value)} is invalid; allowed: an integer")
         if params is not None and not isinstance(params, dict):
@@ -90,6 +100,10 @@ class RequestMessage(NamedTuple):
             and sum(s[1] for s in segments) == prompt_len
         ):
             raise MessageError(f"{rid}: prompt_segments must be [key, length >= 1] pairs summing to prompt_len")
+        if stop_ids is not None and not (
+            isinstance(stop_ids, list) and len(stop_ids) <= MAX_STOP_TOKEN_IDS and all(type(x) is int for x in stop_ids)
+        ):
+            raise MessageError(f"{rid}: stop_token_ids must be a list of at most {MAX_STOP_TOKEN_IDS} integers or null")
         return cls(
             rid,
             prompt_len,
@@ -99,6 +113,8 @@ class RequestMessage(NamedTuple):
             params,
             bool(ignore_eos),
             [tuple(s) for s in segments] if segments is not None else None,
+            min_tokens,
+            list(stop_ids) if stop_ids is not None else None,
         )
 
     def prompt(self) -> PromptTokens:
@@ -111,7 +127,12 @@ class RequestMessage(NamedTuple):
         return Request(
             self.request_id,
             self.prompt(),
-            SamplingParams(max_tokens=self.max_tokens, ignore_eos=self.ignore_eos),
+            SamplingParams(
+                max_tokens=self.max_tokens,
+                ignore_eos=self.ignore_eos,
+                min_tokens=self.min_tokens,
+                stop_token_ids=list(self.stop_token_ids or ()),
+            ),
             eos_token_id=eos_token_id,
             arrival_time=self.arrival_time,
             priority=self.priority,

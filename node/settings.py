@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from connector.pull_policy import KVFaultPolicy
-from engine.cost_model import CostModel
+from engine.cost_model import StepCostModel
 
 
 @dataclass(frozen=True)
 class NodeSettings:
-    cost_model: CostModel
+    cost_model: StepCostModel
     # Run seconds per modelled second of step time: 1 on the virtual clock;
     # on the wall clock, wall seconds slept per modelled second.
     time_scale: float = 1.0

@@ -102,7 +102,11 @@ class StepLoop:
         modelled = self.settings.cost_model.step_time(plan.shape)
         records = self.core.step_records
         if records and records[-1].step_index == plan.scheduler_output.step_index:
-            records[-1].duration = modelled
+            record, shape = records[-1], plan.shape
+            record.duration = modelled
+            record.context_tokens = shape.context_tokens
+            record.decode_context_tokens = shape.decode_context_tokens
+            record.prefill_attention_pairs = shape.prefill_attention_pairs
         timing = StepTiming(
             plan.scheduler_output.step_index, self.clock.now(), modelled, self.settings.run_seconds(modelled)
         )

@@ -69,6 +69,21 @@ class EventLoop:
                     f"event budget of {max_events} exhausted at t={self._now:.3f}s: the run does not converge"
                 )
 
+    def advance_to(self, t: float) -> None:
+        """Run every event due by `t`, then move the clock to `t` (a wall-paced
+        driver: what arrives next arrives now, not at the last event's time)."""
+        self.run(until=t)
+        if t > self._now:
+            self._now = t
+
+    def next_time(self) -> float | None:
+        """When the next live event is due (None: nothing scheduled). A
+        wall-clock driver (`bench/serve/`) sleeps until then."""
+        heap = self._heap
+        while heap and heap[0][2] is self._fire and heap[0][3][0].cancelled:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
     @property
     def pending(self) -> int:
         return len(self._heap)

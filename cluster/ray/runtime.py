@@ -44,6 +44,7 @@ from cluster.wall.node_host import WallNodeSettings
 from engine.records import WorkloadRequest
 from engine.sampler import DeterministicSampler
 
+from ..distortion import step_distortion, summarize
 from ..invariants import check_requests
 from ..run_result import RunResult, kv_pull_summary
 from ..spec import ClusterSpec
@@ -377,6 +378,10 @@ class _RayRun:
             "cpu_s": cpu,
             **proxy_stats,
         }
+        extra["distortion"] = summarize(
+            {name: d for name, t in timings.items() if (d := step_distortion(t, self._pp_size(name))) is not None},
+            spec.time_scale,
+        )
         if keep_step_timings:
             extra["step_timings"] = timings
         if self.observation is not None:
@@ -393,6 +398,9 @@ class _RayRun:
             invariant_errors=errors,
             extra=extra,
         )
+
+    def _pp_size(self, name: str) -> int:
+        return self.spec.decode.pp_size if name.startswith("decode") else self.spec.prefill.pp_size
 
     def _placement(self) -> dict[str, str]:
         """Actor -> Ray node id (proxy, nodes, and each decode node's stages)."""

@@ -67,3 +67,19 @@ def test_with_the_fence_forced_off_in_flight_writes_corrupt_reused_blocks(ray_cl
     assert decode["shadow_stale_writes"] > 0
     assert {v["kind"] for v in result.violations} >= {"stale_write"}
     assert all(v["node"] == "decode-0" for v in result.violations)
+
+
+def test_every_run_measures_its_time_distortion(guard_runs):
+    # What is measured, not how much (that is the machine's): every node that
+    # ran steps has its overhead against the scaled model, and the run names
+    # its worst node; above 10 % it also names a time_scale.
+    for guard, result in guard_runs.items():
+        d = result.extra["distortion"]
+        assert d["time_scale"] == 0.05 and set(d["nodes"]) == {"prefill-0", "decode-0"}, guard
+        decode = d["nodes"]["decode-0"]
+        assert decode["steps"] > 100 and decode["mean_scaled_ms"] == pytest.approx(
+            decode["mean_modelled_ms"] * 0.05, rel=1e-3
+        )
+        assert d["worst_node"] in d["nodes"] and ("warning" in d) == (d["overhead_pct"] > 10), guard
+        if "warning" in d:
+            assert d["suggested_time_scale"] > 0.05

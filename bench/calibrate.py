@@ -1,0 +1,238 @@
+"""`disagg-sim calibrate`: fit a cost model to measured step times and write
+a preset file a scenario names (`cluster.cost_model: my-preset.json`).
+
+Two kinds of measurement:
+- **per-step timings** — JSONL, one step per line, with the step's shape
+  and its time: the simulator's own `*.steps.jsonl` (`num_prefill_tokens`,
+  `num_decode_tokens`, `batch_size`, `context_tokens`,
+  `decode_context_tokens`, `prefill_attention_pairs`, `duration` in
+  seconds) or the same fields under StepShape's names with `duration_ms`;
+- **a `vllm bench serve` results JSON** saved with per-request details
+  (`input_lens`, `output_lens`, `ttfts`, `itls`, and `max_concurrency`):
+  each request gives a prefill point (its TTFT as one step that prefills its
+  prompt) and a decode point (its median ITL as one decode step of
+  `max_concurrency` sequences at the mean context). This is an
+  approximation — TTFT also holds queueing and HTTP time, and a batch is
+  not always full — stated in docs/cost-model.md.
+
+Two kinds of model: `linear` (least squares on the four coefficients of
+engine/cost_model.py) and `roofline` (the host overhead and the three
+efficiency factors of a given model and GPU, engine/roofline.py, by a
+multiplicative coordinate search; the data must hold both compute-bound and
+memory-bound steps for the efficiencies to be identifiable).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from statistics import median
+
+import numpy as np
+
+from engine.cost_model import CostModel, StepShape, get_cost_model
+from engine.roofline import RooflineCostModel
+
+from .errors import InputError
+
+Point = tuple[StepShape, float]  # (shape, seconds)
+
+_STEP_KEYS = {
+    "prefill_tokens": ("prefill_tokens", "num_prefill_tokens"),
+    "decode_tokens": ("decode_tokens", "num_decode_tokens"),
+    "batch_size": ("batch_size",),
+    "context_tokens": ("context_tokens",),
+    "decode_context_tokens": ("decode_context_tokens",),
+    "prefill_attention_pairs": ("prefill_attention_pairs",),
+}
+
+
+def _shape_from_row(row: dict, where: str) -> StepShape:
+    values = {}
+    for field_name, keys in _STEP_KEYS.items():
+        key = next((k for k in keys if k in row), None)
+        if key is None:
+            raise InputError(f"{where}: {keys[-1]} is missing; allowed: a step with {sorted(_STEP_KEYS)}")
+        v = row[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise InputError(f"{where}: {key}={v!r} is invalid; allowed: an int >= 0")
+        values[field_name] = v
+    return StepShape(**values)
+
+
+def load_step_timings(path: Path, node: str | None = None) -> list[Point]:
+    points: list[Point] = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                row = json.loads(line)
+            except ValueError as err:
+                raise InputError(f"{where}: not JSON ({err}); allowed: one JSON object per line") from None
+            if node is not None and row.get("node") != node:
+                continue
+            shape = _shape_from_row(row, where)
+            if "duration_ms" in row:
+                seconds = row["duration_ms"] / 1000.0
+            elif "duration" in row:
+                seconds = row["duration"]
+            else:
+                raise InputError(f"{where}: duration (s) or duration_ms is missing")
+            if shape.total_tokens and seconds > 0:
+                points.append((shape, float(seconds)))
+    if not points:
+        raise InputError(f"{path}: no step with tokens and a duration > 0" + (f" on node {node!r}" if node else ""))
+    return points
+
+
+def load_bench_serve(path: Path) -> list[Point]:
+    """Points from a `vllm bench serve --save-result --save-detailed` JSON."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise InputError(f"{path}: cannot read ({err}); allowed: a vllm bench serve results JSON") from None
+    for key in ("input_lens", "output_lens", "ttfts", "itls"):
+        if not isinstance(data.get(key), list):
+            raise InputError(f"{path}: {key} is missing; allowed: a results JSON saved with --save-detailed")
+    conc = data.get("max_concurrency") or 1
+    ins, outs = data["input_lens"], data["output_lens"]
+    mean_ctx = int(sum(i + o / 2 for i, o in zip(ins, outs)) / max(len(ins), 1))
+    points: list[Point] = []
+    for n_in, ttft, itls in zip(ins, data["ttfts"], data["itls"]):
+        if ttft and ttft > 0 and n_in > 0:
+            pairs = n_in * (n_in + 1) // 2
+            points.append((StepShape(n_in, 0, n_in, 1, 0, pairs), float(ttft)))
+        if itls:
+            ctx = conc * mean_ctx
+            points.append((StepShape(0, conc, ctx, conc, ctx, 0), float(median(itls))))
+    if not points:
+        raise InputError(f"{path}: no request with a TTFT or ITLs")
+    return points
+
+
+def _rel_errors(model, points: list[Point]) -> np.ndarray:
+    return np.array([(model.step_time(s) - t) / t for s, t in points])
+
+
+def fit_linear(points: list[Point], name: str = "calibrated") -> CostModel:
+    """Least squares on relative error (each step weighs the same whatever its length)."""
+    a = np.array([[1.0, s.prefill_tokens, s.decode_tokens, s.context_tokens / 1000.0] for s, _ in points], dtype=float)
+    y = np.array([t * 1000.0 for _, t in points])
+    w = 1.0 / y
+    coef, *_ = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)
+    coef = np.clip(coef, 0.0, None)
+    return CostModel(name, *(float(c) for c in coef))
+
+
+def _best_host_ms(model: RooflineCostModel, points: list[Point]) -> float:
+    """The host overhead enters every step additively: for given efficiencies
+    its least-squares value (on relative error) is closed-form."""
+    bare = model.with_params(host_overhead_ms=0.0)
+    t = np.array([tt for _, tt in points])
+    g = np.array([bare.step_time(s) for s, _ in points])
+    w = 1.0 / t**2
+    return max(0.0, float(np.sum((t - g) * w) / np.sum(w)) * 1000.0)
+
+
+def fit_roofline(
+    points: list[Point], base: RooflineCostModel, name: str = "calibrated", rounds: int = 200
+) -> RooflineCostModel:
+    """Coordinate search on the three efficiencies (multiplicative steps that
+    halve when no move helps), the host overhead solved exactly at each
+    candidate; minimises the mean squared relative error."""
+    names = ("compute_efficiency", "attention_efficiency", "memory_efficiency")
+
+    def settle(m: RooflineCostModel) -> tuple[RooflineCostModel, float]:
+        m = m.with_params(host_overhead_ms=_best_host_ms(m, points))
+        return m, float(np.mean(_rel_errors(m, points) ** 2))
+
+    model, best = settle(base)
+    step = {n: 0.5 for n in names}
+    for _ in range(rounds):
+        for n in names:
+            cur = getattr(model.params, n)
+            for factor in (1 + step[n], 1 / (1 + step[n])):
+                cand, c = settle(model.with_params(**{n: min(cur * factor, 1.0)}))
+                if c < best:
+                    model, best = cand, c
+                    break
+            else:
+                step[n] /= 2
+        if max(step.values()) < 1e-7:
+            break
+    return replace(model, name=name)
+
+
+def calibrate(
+    source: Path,
+    kind: str,
+    out: Path,
+    fmt: str = "auto",
+    preset: str | None = None,
+    node: str | None = None,
+    name: str | None = None,
+) -> dict:
+    fmt = fmt if fmt != "auto" else ("steps" if source.suffix in (".jsonl", ".ndjson") else "bench")
+    points = load_step_timings(source, node) if fmt == "steps" else load_bench_serve(source)
+    name = name or out.stem
+    if kind == "linear":
+        model = fit_linear(points, name)
+        doc = model.to_dict()
+    else:
+        if preset is None:
+            raise InputError("--preset: required with --kind roofline (the model and GPU whose factors to fit)")
+        try:
+            base = get_cost_model(preset)
+        except ValueError as err:
+            raise InputError(f"--preset: {err}") from None
+        if not isinstance(base, RooflineCostModel):
+            raise InputError(f"--preset {preset!r} is a linear set; allowed: a roofline preset")
+        model = fit_roofline(points, base, name)
+        doc = model.to_dict()
+    errs = np.abs(_rel_errors(model, points)) * 100
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    return {
+        "points": len(points),
+        "median_abs_error_pct": round(float(np.median(errs)), 3),
+        "max_abs_error_pct": round(float(np.max(errs)), 3),
+        "preset": doc,
+        "out": str(out),
+    }
+
+
+def add_calibrate_parser(sub) -> None:
+    c = sub.add_parser(
+        "calibrate",
+        help="fit a cost model to measured step times (per-step JSONL or a vllm bench serve JSON); write a preset file",
+    )
+    c.add_argument("source", type=Path, help="a *.steps.jsonl (per-step timings) or a vllm bench serve results JSON")
+    c.add_argument("--kind", choices=["linear", "roofline"], default="linear", help="the cost model to fit")
+    c.add_argument(
+        "--preset", help="with --kind roofline: the preset whose model and GPU to fit (e.g. llama-3.1-8b-h100)"
+    )
+    c.add_argument("--format", dest="fmt", choices=["auto", "steps", "bench"], default="auto")
+    c.add_argument("--node", help="per-step timings: only this node's steps (e.g. decode-0)")
+    c.add_argument(
+        "--out", type=Path, required=True, help="the preset file to write (*.json); name it in cluster.cost_model"
+    )
+    c.set_defaults(func=cmd_calibrate)
+
+
+def cmd_calibrate(args) -> int:
+    if args.out.suffix != ".json":
+        raise InputError(
+            f"--out {args.out}: allowed: a path ending in .json (a scenario names it as cluster.cost_model)"
+        )
+    if not args.source.exists():
+        raise InputError(f"{args.source}: no such file; allowed: a *.steps.jsonl or a vllm bench serve results JSON")
+    report = calibrate(args.source, args.kind, args.out, args.fmt, args.preset, args.node)
+    print(
+        f"fitted {args.kind} cost model on {report['points']} points: median |error| "
+        f"{report['median_abs_error_pct']:.2f} %, max {report['max_abs_error_pct']:.2f} %"
+    )
+    print(json.dumps(report["preset"], indent=2))
+    print(f"wrote {report['out']} (use it as cluster.cost_model: {report['out']})")
+    return 0

@@ -1,0 +1,1 @@
+"""`disagg-sim serve`: the OpenAI-compatible front door (docs/serve.md)."""

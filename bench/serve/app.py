@@ -1,0 +1,259 @@
+"""The OpenAI-compatible HTTP front door of `disagg-sim serve`, on aiohttp.
+
+Why aiohttp: the front door has to stream (SSE), notice a client that goes
+away, and share one asyncio loop with the paced cluster (`driver.py`).
+aiohttp does all three in one well-kept package with no ASGI server next to
+it, and its handler cancellation turns a dropped connection into a
+`CancelledError` in the handler, which is where the request is aborted.
+
+Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models,
+GET /health, GET /metrics. Request fields and errors: `protocol.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+
+from .driver import PacedCluster, Stream
+from .protocol import ApiError, ServeRequest, parse_request, usage
+from .tokenizer import SimTokenizer
+
+MAX_BODY_BYTES = 8 << 20
+
+
+def _unknown_model(name: object, served: str) -> ApiError:
+    return ApiError(404, f"The model `{str(name)[:80]}` does not exist; served: {served}", "model")
+
+
+def _error(err: ApiError) -> web.Response:
+    return web.json_response(err.body(), status=err.status)
+
+
+class ServeApp:
+    def __init__(
+        self,
+        driver: PacedCluster,
+        tokenizer: SimTokenizer,
+        model_name: str,
+        render_metrics: Callable[[], bytes] | None = None,
+    ) -> None:
+        self.driver = driver
+        self.tok = tokenizer
+        self.model = model_name
+        self.render_metrics = render_metrics
+        self.created = int(time.time())
+        self.aborted = 0  # requests whose client went away before the end
+        self.app = web.Application(client_max_size=MAX_BODY_BYTES)
+        self.app.router.add_post("/v1/completions", self.completions)
+        self.app.router.add_post("/v1/chat/completions", self.chat)
+        self.app.router.add_get("/v1/models", self.models)
+        self.app.router.add_post("/tokenize", self.tokenize)
+        self.app.router.add_post("/detokenize", self.detokenize)
+        self.app.router.add_get("/health", self.health)
+        self.app.router.add_get("/metrics", self.metrics)
+        self.app.on_startup.append(self._on_startup)
+        self.app.on_cleanup.append(self._on_cleanup)
+
+    async def _on_startup(self, _app: web.Application) -> None:
+        self.driver.start()
+
+    async def _on_cleanup(self, _app: web.Application) -> None:
+        await self.driver.stop()
+
+    # -- plain routes -------------------------------------------------------------------
+    async def models(self, _request: web.Request) -> web.Response:
+        card = {
+            "id": self.model,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "disagg-sim",
+            "root": self.model,
+            "max_model_len": self.driver.max_model_len,
+        }
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def _body(self, request: web.Request) -> dict:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ApiError(400, "the request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "the request body must be a JSON object")
+        if body.get("model") not in (None, self.model):
+            raise _unknown_model(body.get("model"), self.model)
+        return body
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's /tokenize (`vllm bench serve` checks its prompts against it)."""
+        try:
+            body = await self._body(request)
+            if "messages" in body:
+                ids = parse_request({"messages": body["messages"]}, "chat", self.tok, self.model, 1 << 30).prompt_ids
+            elif isinstance(body.get("prompt"), str):
+                ids = self.tok.encode(body["prompt"])
+            else:
+                raise ApiError(400, "prompt is invalid; allowed: a string (or messages)", "prompt")
+        except ApiError as err:
+            return _error(err)
+        return web.json_response(
+            {"count": len(ids), "max_model_len": self.driver.max_model_len, "tokens": ids, "token_strs": None}
+        )
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._body(request)
+            ids = body.get("tokens")
+            if not isinstance(ids, list) or not all(type(x) is int and 0 <= x < self.tok.vocab_size for x in ids):
+                allowed = f"a list of ids in [0, {self.tok.vocab_size})"
+                raise ApiError(400, f"tokens is invalid; allowed: {allowed}", "tokens")
+        except ApiError as err:
+            return _error(err)
+        return web.json_response({"prompt": self.tok.decode(ids, skip_special_tokens=False)})
+
+    async def health(self, _request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def metrics(self, _request: web.Request) -> web.Response:
+        if self.render_metrics is None:
+            return web.Response(status=404, text="metrics are off\n")
+        self.driver.advance()
+        return web.Response(body=self.render_metrics(), content_type="text/plain", charset="utf-8")
+
+    # -- generation ---------------------------------------------------------------------
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "completions")
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "chat")
+
+    async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
+        try:
+            try:
+                body = await request.json()
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise ApiError(400, "the request body is not valid JSON") from None
+            req = parse_request(body, kind, self.tok, self.model, self.driver.max_model_len)
+            stream = self.driver.submit(req)
+        except ApiError as err:
+            return _error(err)
+        finished = False
+        try:
+            if req.stream:
+                response = await self._stream(request, req, stream)
+            else:
+                response = await self._whole(req, stream)
+            finished = True
+            return response
+        finally:
+            # A client that went away (the handler is cancelled, or a write
+            # failed): the request is aborted in the engine, its blocks freed.
+            if not finished and stream.record.finish_reason is None:
+                self.aborted += 1
+                self.driver.abort(stream)
+            else:
+                self.driver.release(stream)
+
+    async def _wait(self, stream: Stream) -> None:
+        stream.changed.clear()
+        rec = stream.record
+        if len(rec.output_token_ids) == stream.seen and rec.finish_reason is None:
+            await stream.changed.wait()
+
+    def _finish_reason(self, stream: Stream) -> str:
+        reason = stream.record.finish_reason
+        if reason == "error":
+            raise ApiError(500, f"the simulated cluster failed the request {stream.request_id}")
+        return "stop" if reason == "stop" else "length"
+
+    async def _whole(self, req: ServeRequest, stream: Stream) -> web.Response:
+        rec = stream.record
+        while rec.finish_reason is None:
+            await self._wait(stream)
+            stream.seen = len(rec.output_token_ids)
+        self.driver.release(stream)
+        try:
+            reason = self._finish_reason(stream)
+        except ApiError as err:
+            return _error(err)
+        ids = list(rec.output_token_ids)
+        text = self.tok.decode(ids)
+        body = self._envelope(req, stream)
+        if req.kind == "chat":
+            message = {"role": "assistant", "content": text}
+            body["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": reason}]
+        else:
+            body["choices"] = [{"index": 0, "text": text, "logprobs": None, "finish_reason": reason}]
+        body["usage"] = usage(len(req.prompt_ids), len(ids))
+        return web.json_response(body)
+
+    def _envelope(self, req: ServeRequest, stream: Stream, chunk: bool = False) -> dict:
+        kind = "chat.completion" if req.kind == "chat" else "text_completion"
+        return {
+            "id": stream.request_id,
+            "object": kind + (".chunk" if chunk and req.kind == "chat" else ""),
+            "created": self.created,
+            "model": self.model,
+        }
+
+    def _chunk(self, req: ServeRequest, stream: Stream, text: str | None, reason: str | None, first: bool) -> dict:
+        body = self._envelope(req, stream, chunk=True)
+        if req.kind == "chat":
+            delta: dict = {}
+            if first:
+                delta["role"] = "assistant"
+            if text is not None:
+                delta["content"] = text
+            body["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]
+        else:
+            body["choices"] = [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}]
+        if req.include_usage:
+            body["usage"] = None
+        return body
+
+    async def _stream(self, request: web.Request, req: ServeRequest, stream: Stream) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+
+        async def send(obj: dict | str) -> None:
+            data = obj if isinstance(obj, str) else json.dumps(obj, separators=(",", ":"))
+            await response.write(f"data: {data}\n\n".encode())
+
+        rec = stream.record
+        any_text = False
+        role_sent = req.kind != "chat"
+        while True:
+            await self._wait(stream)
+            if not role_sent:
+                # vLLM sends the role with the first output, not before: a client's TTFT starts there.
+                await send(self._chunk(req, stream, "", None, first=True))
+                role_sent = True
+            ids = rec.output_token_ids
+            new = ids[stream.seen :]
+            stream.seen = len(ids)
+            for token in new:
+                word = self.tok.token_text(token)
+                if word:
+                    await send(self._chunk(req, stream, (" " if any_text else "") + word, None, first=False))
+                    any_text = True
+            if rec.finish_reason is not None:
+                break
+        self.driver.release(stream)  # done in the engine: counted before the client hears the end
+        try:
+            reason = self._finish_reason(stream)
+        except ApiError as err:
+            await send(err.body())
+            reason = None
+        if reason is not None:
+            await send(self._chunk(req, stream, None if req.kind == "chat" else "", reason, first=False))
+        if req.include_usage:
+            last = self._envelope(req, stream, chunk=True)
+            last["choices"] = []
+            last["usage"] = usage(len(req.prompt_ids), len(rec.output_token_ids))
+            await send(last)
+        await send("[DONE]")
+        await response.write_eof()
+        return response

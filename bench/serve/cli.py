@@ -1,0 +1,101 @@
+"""The `serve` and `tokenizer` subcommands (docs/serve.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import sys
+
+from ..errors import InputError
+
+LOOPBACK = "127.0.0.1"
+
+
+def add_serve_parsers(sub, number, cmd_serve, cmd_tokenizer) -> None:
+    s = sub.add_parser("serve", help="serve the OpenAI API in front of a scenario's cluster (in-process, wall-paced)")
+    s.add_argument("scenario", nargs="?", default="serve", help="a scenario file or built-in name (default: serve)")
+    s.add_argument("--variant", help="which of the scenario's variants' cluster to serve (default: the first)")
+    s.add_argument(
+        "--host",
+        default=LOOPBACK,
+        help="address to listen on (default 127.0.0.1: this machine only; another address is served, with a warning)",
+    )
+    s.add_argument("--port", type=number("int", 0, 65535), default=8000, help="port (default 8000; 0 = ephemeral)")
+    s.add_argument("--model-name", default="disagg-sim", help="the model id clients name (default disagg-sim)")
+    s.add_argument(
+        "--time-scale",
+        type=number("float", 0, 1e6, lo_open=True),
+        default=1.0,
+        metavar="X",
+        help="wall seconds per modelled second (default 1: real time; 2 = the modelled GPU at half speed)",
+    )
+    s.add_argument(
+        "--max-pending",
+        type=number("int", 1, 1_000_000),
+        default=512,
+        metavar="N",
+        help="requests in flight before new ones get 429 (default 512)",
+    )
+    s.add_argument(
+        "--seed", type=number("int", 0, 2**31), default=None, help="sampler and link seed (default: the scenario's)"
+    )
+    s.set_defaults(func=cmd_serve)
+    t = sub.add_parser("tokenizer", help="write the simulator's tokenizer as a Hugging Face tokenizer directory")
+    t.add_argument("dir", help="directory to write tokenizer.json, tokenizer_config.json, special_tokens_map.json into")
+    t.set_defaults(func=cmd_tokenizer)
+
+
+def tokenizer_command(args) -> int:
+    from .tokenizer import get_tokenizer
+
+    if "\x00" in args.dir:
+        raise InputError(f"tokenizer {args.dir!r}: holds a NUL byte; allowed: a directory path")
+    try:
+        out = get_tokenizer().export(args.dir)
+    except OSError as exc:
+        raise InputError(
+            f"tokenizer {args.dir}: cannot write there ({exc.strerror}); allowed: a writable directory"
+        ) from None
+    print(f"wrote {out}/tokenizer.json, tokenizer_config.json, special_tokens_map.json (load with AutoTokenizer)")
+    return 0
+
+
+def _check_host(host: str) -> None:
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        if host != "localhost":
+            raise InputError(f"--host {host!r}: not an IP address; allowed: e.g. 127.0.0.1 or 0.0.0.0") from None
+        return
+    if not addr.is_loopback:
+        # Asked for on purpose: say so, since nothing here is authenticated.
+        print(f"warning: serving on {host}: other machines can reach this server (no authentication)", file=sys.stderr)
+
+
+def serve_command(args) -> int:
+    from ..scenario import load_scenario
+    from .server import build_app, serve_forever
+
+    _check_host(args.host)
+    scenario = load_scenario(args.scenario)
+    variant = args.variant or scenario.variant_names[0]
+    if variant not in scenario.variant_names:
+        raise InputError(f"--variant {variant}: not in {scenario.name}; allowed: {', '.join(scenario.variant_names)}")
+    spec = scenario.cluster(variant)
+    if any(group.engine.engine != "v1" for group in (spec.prefill, spec.decode) if group.count):
+        raise InputError(f"{scenario.name}: engine v0; allowed: serve runs v1 nodes only")
+    seed = scenario.file.seed if args.seed is None else args.seed
+    app = build_app(spec, args.model_name, seed=seed, time_scale=args.time_scale, max_pending=args.max_pending)
+
+    def ready(port: int) -> None:
+        print(
+            f"serving {scenario.name}/{variant} as model {args.model_name!r} on http://{args.host}:{port}/v1 "
+            f"(time scale {args.time_scale:g}: wall seconds per modelled second); Ctrl-C stops",
+            flush=True,
+        )
+
+    try:
+        asyncio.run(serve_forever(app, args.host, args.port, ready))
+    except OSError as exc:
+        raise InputError(f"--port {args.port}: cannot listen on {args.host}:{args.port} ({exc.strerror})") from None
+    return 0

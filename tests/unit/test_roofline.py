@@ -1,0 +1,158 @@
+"""The roofline cost model: shapes from config.json fields, hand-computed
+step times, KV sizing as vLLM does it, presets and their errors."""
+
+import pytest
+
+from cluster.spec import ClusterSpec
+from engine.cost_model import StepShape, cost_model_names, get_cost_model
+from engine.model_shape import ModelShape, get_gpu, get_model, shipped_gpus, shipped_models, shipped_presets
+from engine.roofline import RooflineCostModel, RooflineParams
+
+PRESETS = {
+    "llama-3.1-8b-h100",
+    "llama-3.1-8b-a100",
+    "llama-3.1-8b-l40s",
+    "qwen3-8b-h100",
+    "qwen3-8b-a100",
+    "qwen3-8b-l40s",
+    "llama-3.1-70b-4xh100",
+    "llama-3.1-70b-8xh100",
+    "qwen3-30b-a3b-h100",
+}
+
+
+def test_shipped_data_cites_a_source_and_presets_resolve():
+    for table in (shipped_models(), shipped_gpus()):
+        for name, entry in table.items():
+            assert entry["source"].startswith("https://"), name
+    assert set(shipped_presets()) == PRESETS
+    assert PRESETS <= set(cost_model_names())
+    for name in PRESETS:
+        assert isinstance(get_cost_model(name), RooflineCostModel)
+
+
+def test_parameter_counts_match_the_published_sizes():
+    # Published sizes: 8.03B, 70.6B, 8.19B, 30.5B total parameters.
+    assert get_model("llama-3.1-8b").num_params == 8_030_261_248
+    assert get_model("llama-3.1-70b").num_params == 70_553_706_496
+    assert round(get_model("qwen3-8b").num_params / 1e9, 2) == 8.19
+    assert round(get_model("qwen3-30b-a3b").num_params / 1e9, 1) == 30.5
+
+
+def test_kv_bytes_per_token_from_the_shape():
+    assert get_model("llama-3.1-8b").kv_bytes_per_token == 2 * 32 * 8 * 128 * 2 == 131072
+    assert get_model("llama-3.1-70b").kv_bytes_per_token == 2 * 80 * 8 * 128 * 2
+    assert get_model("qwen3-30b-a3b").kv_bytes_per_token == 2 * 48 * 4 * 128 * 2
+
+
+def _tiny(tp=1, pp=1, **params) -> RooflineCostModel:
+    model = ModelShape(
+        "tiny",
+        num_hidden_layers=2,
+        hidden_size=8,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=16,
+        vocab_size=10,
+    )
+    gpu = get_gpu(
+        {"name": "g", "bf16_tflops": 1e-9, "memory_bandwidth_GBps": 1e-6, "memory_GB": 1.0, "interconnect_GBps": 1e-6}
+    )
+    return RooflineCostModel("tiny", model, gpu, tp, pp, RooflineParams(**params))
+
+
+def test_decode_step_by_hand():
+    # F = 1000 FLOP/s, B = 1000 B/s (x tp); efficiencies 1, no overhead.
+    m = _tiny(
+        host_overhead_ms=0, compute_efficiency=1, attention_efficiency=1, memory_efficiency=1, collective_latency_us=0
+    )
+    # attn params/layer: q 8*2*4 + kv 2*8*1*4 + o 2*4*8 = 64+64+64 = 192; mlp 3*8*16 = 384.
+    # One decode token, context 3 (incl. itself): linear FLOPs 2*1*2*(192+384) + 2*1*10*8 = 2464;
+    # weight bytes (2*(576) + 80)*2 = 2464 -> both 2.464 s.
+    # Attention FLOPs 4*2*2*4*3 = 192 -> 0.192 s; KV bytes (2*2*1*4*2=32/token)*(3 + 0 + 1) = 128 -> 0.128 s.
+    shape = StepShape(prefill_tokens=0, decode_tokens=1, context_tokens=3, batch_size=1, decode_context_tokens=3)
+    assert m.step_time(shape) == pytest.approx(2.464 + 0.192)
+
+
+def test_prefill_attention_pairs_and_tp_all_reduce_by_hand():
+    m = _tiny(
+        tp=2,
+        host_overhead_ms=1.0,
+        compute_efficiency=1,
+        attention_efficiency=1,
+        memory_efficiency=1,
+        collective_latency_us=1e6,
+    )
+    # 4 prompt tokens from 0: pairs 4*5/2 = 10, context 4, one sampled row.
+    shape = StepShape(prefill_tokens=4, context_tokens=4, batch_size=1, prefill_attention_pairs=10)
+    lin = max(2 * 4 * 2 * 576 + 2 * 10 * 8, (2 * 576 + 80) * 2) / 2000  # 9376 FLOP vs 2464 B
+    attn = max(4 * 2 * 2 * 4 * 10 / 2000, 32 * (4 + 4) / 2000)
+    # Two ring all-reduces per layer of 4*8*2 = 64 bytes: 2*(1/2)*64 / 1000 B/s + 1 s latency each.
+    comm = 2 * 2 * (64 / 1000 + 1.0)
+    assert m.step_time(shape) == pytest.approx(0.001 + lin + attn + comm)
+    assert m.step_time(StepShape()) == 0.0
+
+
+def test_moe_reads_only_touched_experts():
+    m = get_cost_model("qwen3-30b-a3b-h100")
+    one = m.step_time(StepShape(decode_tokens=1, context_tokens=1, batch_size=1, decode_context_tokens=1))
+    many = m.step_time(StepShape(decode_tokens=256, context_tokens=256, batch_size=256, decode_context_tokens=256))
+    dense_equivalent = get_model("qwen3-30b-a3b").weight_bytes / 3.35e12 / 0.8
+    assert one < dense_equivalent / 4 < many  # 8 of 128 experts at batch 1; nearly all at batch 256
+
+
+def test_num_gpu_blocks_as_vllm_sizes_the_cache():
+    m = get_cost_model("llama-3.1-8b-h100")
+    weights = 8_030_261_248 * 2
+    act = 8192 * (2 * 14336 + 4 * 4096) * 2
+    logits = 256 * 128256 * 4
+    available = 80e9 * 0.9 - weights - act - logits - 2**30
+    assert m.num_gpu_blocks(0.9, 16, 8192, 256) == int(available // (16 * 131072))
+    # TP 8 shards the 8 KV heads: one per GPU, an eighth of the bytes per block.
+    assert get_cost_model("llama-3.1-70b-8xh100").kv_bytes_per_token_per_gpu() == 2 * 80 * 1 * 128 * 2
+    with pytest.raises(ValueError, match="no memory left for KV blocks"):
+        RooflineCostModel.from_dict({"model": "llama-3.1-70b", "gpu": "l40s"}).num_gpu_blocks()
+
+
+def test_spec_resolves_auto_sizes_from_the_preset():
+    spec = ClusterSpec.model_validate(
+        {"cost_model": "llama-3.1-8b-h100", "decode": {"engine": {"num_gpu_blocks": "auto"}}, "bytes_per_token": "auto"}
+    )
+    m = get_cost_model("llama-3.1-8b-h100")
+    assert spec.decode.engine.num_gpu_blocks == m.num_gpu_blocks(0.9, 16, 8192, 128)
+    assert spec.bytes_per_token == 131072
+    assert spec.prefill.engine.num_gpu_blocks == 1024  # not asked for
+
+
+@pytest.mark.parametrize(
+    "doc,fragment",
+    [
+        ({"decode": {"engine": {"num_gpu_blocks": "auto"}}}, "num_gpu_blocks='auto' needs a roofline cost model"),
+        ({"cost_model": {"model": "llama-9", "gpu": "h100-sxm"}}, "model='llama-9' is unknown"),
+        ({"cost_model": {"model": "llama-3.1-8b", "gpu": "h100-sxm", "memory_efficiency": 2}}, "memory_efficiency"),
+        ({"cost_model": {"model": {"hidden_size": 8}, "gpu": "h100-sxm"}}, "config is missing"),
+        ({"cost_model": "missing-preset.json"}, "cannot read the preset file"),
+    ],
+)
+def test_bad_roofline_settings_name_the_field(doc, fragment):
+    with pytest.raises(ValueError, match=fragment.replace("(", r"\(")):
+        ClusterSpec.model_validate(doc)
+
+
+def test_a_config_json_as_published_is_accepted():
+    config = {
+        "architectures": ["MixtralForCausalLM"],
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 32,
+        "num_key_value_heads": 8,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "vocab_size": 32000,
+        "torch_dtype": "bfloat16",
+        "rope_theta": 1e6,
+    }
+    m = get_model(config)
+    assert m.is_moe and m.num_experts == 8 and m.moe_intermediate_size == 14336
+    assert round(m.num_params / 1e9, 1) == 46.7  # Mixtral-8x7B's published 46.7B
