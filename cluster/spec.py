@@ -358,8 +358,7 @@ class ClusterSpec(_Strict):
         """A prompt's block hashes for prefix-aware routing (empty under other policies)."""
         if self.routing != "prefix_aware":
             return []
-        prompt = PromptTokens(segments) if segments else PromptTokens.unique(request_id, prompt_len)
-        return prompt_block_hashes(prompt, self.decode.engine.block_size)
+        return prompt_block_hashes(PromptTokens.of(request_id, prompt_len, segments), self.decode.engine.block_size)
 
     def kv_policy(self) -> KVFaultPolicy:
         hold = self.kv_hold_timeout_s if self.kv_hold_timeout_s is not None else max(120.0, 6 * self.kv_pull_deadline_s)

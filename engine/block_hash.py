@@ -19,30 +19,25 @@ from .request import Request
 
 def prompt_block_hashes(prompt: Sequence[int], block_size: int) -> list[int]:
     """The hashes of a prompt's full blocks, as a request holding it gets them."""
-    block_key = getattr(prompt, "block_key", None)
-    hashes: list[int] = []
-    parent = None
-    for i in range(len(prompt) // block_size):
-        start, end = i * block_size, (i + 1) * block_size
-        content = block_key(start, end) if block_key else tuple(prompt[start:end])
-        parent = hash((parent, content))
-        hashes.append(parent)
-    return hashes
+    return _extend([], prompt, (), len(prompt), block_size)
 
 
 def update_block_hashes(request: Request, block_size: int) -> list[int]:
     """Extend `request.block_hashes` to every full block of its known tokens."""
     hashes = request.block_hashes
-    n_full = request.num_tokens // block_size
-    i = len(hashes)
-    if i >= n_full:
+    if len(hashes) >= request.num_tokens // block_size:
         return hashes
-    prompt = request.prompt_token_ids
-    num_prompt = request.num_prompt_tokens
-    output = request.output_token_ids
+    return _extend(hashes, request.prompt_token_ids, request.output_token_ids, request.num_tokens, block_size)
+
+
+def _extend(
+    hashes: list[int], prompt: Sequence[int], output: Sequence[int], num_tokens: int, block_size: int
+) -> list[int]:
+    """Append the hashes of the full blocks of prompt + output up to `num_tokens`."""
+    num_prompt = len(prompt)
     block_key = getattr(prompt, "block_key", None)
     parent = hashes[-1] if hashes else None
-    while i < n_full:
+    for i in range(len(hashes), num_tokens // block_size):
         start = i * block_size
         end = start + block_size
         content: object
@@ -55,5 +50,4 @@ def update_block_hashes(request: Request, block_size: int) -> list[int]:
             content = (head, tuple(output[: end - num_prompt]))
         parent = hash((parent, content))
         hashes.append(parent)
-        i += 1
     return hashes

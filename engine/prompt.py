@@ -55,6 +55,11 @@ class PromptTokens(Sequence[int]):
         """A prompt that shares nothing with any other (its own key)."""
         return cls([(segment_key(name), length)])
 
+    @classmethod
+    def of(cls, request_id: str, length: int, segments: Iterable[tuple[int, int]] | None) -> PromptTokens:
+        """A request's prompt: its shared segments, or content of its own."""
+        return cls(segments) if segments else cls.unique(request_id, length)
+
     def __len__(self) -> int:
         return self._len
 

@@ -119,9 +119,7 @@ class RequestMessage(NamedTuple):
 
     def prompt(self) -> PromptTokens:
         """The prompt's tokens: its segments, or content no other prompt shares."""
-        if self.prompt_segments:
-            return PromptTokens(self.prompt_segments)
-        return PromptTokens.unique(self.request_id, self.prompt_len)
+        return PromptTokens.of(self.request_id, self.prompt_len, self.prompt_segments)
 
     def to_request(self, eos_token_id: int) -> Request:
         return Request(

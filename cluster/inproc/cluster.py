@@ -23,20 +23,21 @@ from node.ports import NodePorts
 from node.role import NodeRole
 from prefill_node.node import PrefillNode
 
-from ..chaos import ChaosConfig, Fault, chaos_report, plan_faults
+from ..chaos import Fault, chaos_report
 from ..invariants import check_requests
 from ..router import PrefixIndex, Router
 from ..run_result import RunResult, kv_pull_summary
 from ..spec import ClusterSpec
 from .clock import EventLoop
 from .executor import VirtualPipelineExecutor
+from .faults import FaultsMixin
 from .kv_transport import InProcKVTransport
 
 REQUEST_BYTES = 512
 OUTPUT_BYTES = 64
 
 
-class InProcCluster:
+class InProcCluster(FaultsMixin):
     def __init__(
         self,
         spec: ClusterSpec,
@@ -316,26 +317,6 @@ class InProcCluster:
         )
         return DecodeNode(node_spec, self._settings, ports, kv, self._on_step, self._debug_invariants)
 
-    def restart_node_at(self, name: str, at: float) -> None:
-        if name not in self.nodes:
-            raise ValueError(f"node {name!r} is unknown; allowed: {', '.join(self.nodes)}")
-        self.loop.at(at, self._restart, name)
-
-    def _restart(self, name: str) -> None:
-        """A killed node's process comes back: empty pool, empty cache, the
-        same address; the proxy routes to it again."""
-        old = self.nodes[name]
-        if old.alive:
-            return
-        role, node_spec, group = self._specs[name]
-        node = self._build_node(role, node_spec, group)
-        self.nodes[name] = node
-        group_nodes = self.prefill_nodes if role == "prefill" else self.decode_nodes
-        group_nodes[group_nodes.index(old)] = node
-        self.restarts[name] = self.restarts.get(name, 0) + 1
-        self._log("restart", name)
-        self._rebuild_routers()
-
     def _rebuild_routers(self) -> None:
         live_prefill = [n for n in self.prefill_nodes if n.alive]
         live_decode = [n for n in self.decode_nodes if n.alive]
@@ -352,86 +333,6 @@ class InProcCluster:
             table.pop(request_id, None)  # type: ignore[attr-defined]
 
     # -- faults ----------------------------------------------------------------------
-    def kill_node_at(self, name: str, at: float) -> None:
-        if name not in self.nodes:
-            raise ValueError(f"node {name!r} is unknown; allowed: {', '.join(self.nodes)}")
-        self.loop.at(at, self._kill, name)
-
-    def inject_chaos(self, config: ChaosConfig) -> list[Fault]:
-        """Plan seeded random faults (`cluster.chaos`) and schedule them; the
-        run's result then carries `extra["chaos"]`, the report."""
-        faults = plan_faults(config, [n.name for n in self.prefill_nodes], [n.name for n in self.decode_nodes])
-        for fault in faults:
-            end = fault.at + fault.duration
-            if fault.kind == "kill":
-                self.kill_node_at(fault.target, fault.at)
-            elif fault.kind == "restart":
-                self.restart_node_at(fault.target, fault.at)
-            elif fault.kind in ("partition", "loss_burst"):
-                consumer, producer = fault.target.split(">")
-                link = self._kv_link(consumer, producer)
-                for line in (link.forward, link.reverse):
-                    line.add_fault(fault.at, end, fault.loss)
-            elif fault.kind == "slow_stage":
-                self._executors[fault.target].slow_windows.append((fault.at, end, fault.factor))
-            self._log("chaos", fault.kind, fault.target, fault.at, fault.duration)
-        self.chaos_faults = faults
-        return faults
-
-    def _kill(self, name: str) -> None:
-        node = self.nodes[name]
-        if not node.alive:
-            return
-        node.kill()
-        self._log("kill", name)
-        self._node_gone(node, "was killed")
-
-    def _connection_broken(self, name: str) -> None:
-        """The proxy's connection to a node broke: the node is gone to the run."""
-        node = self.nodes[name]
-        if node.alive:
-            node.kill()
-            self._log("disconnected", name)
-            self._node_gone(node, "lost its proxy connection")
-
-    def _node_gone(self, node: NodeRole, why: str) -> None:
-        # The proxy stops routing to it (it notices the dead connection).
-        self._rebuild_routers()
-        lost = [r for r, at in self._node_of.items() if at is node and self.records[r].finish_reason is None]
-        for req_id in lost:
-            if node.role == "decode" and self.decode_router is not None:
-                self._reroute(req_id)
-            else:
-                # A prompt being prefilled there is lost with it (or no decode node is left).
-                self._release_at_prefill(req_id)
-                self._finish(req_id, "error", f"{node.name} {why}")
-
-    def _reroute(self, request_id: str) -> None:
-        """A request whose decode node died goes to a live one, computed there
-        from scratch: its prompt plus the tokens the client already has, for
-        the tokens still to come (sampling is per position, so they continue
-        the stream exactly). The prefill node's blocks for it are released."""
-        assert self.decode_router is not None
-        self._release_at_prefill(request_id)
-        w, rec = self._workload[request_id], self.records[request_id]
-        delivered = len(rec.output_token_ids)
-        if delivered >= w.output_len:
-            self._finish(request_id, "error", "its decode node died after the last token")
-            return
-        self.rerouted[request_id] = self.rerouted.get(request_id, 0) + 1
-        dnode = self.decode_router.pick(self._hashes(self._workload[request_id]))
-        self._log("reroute", request_id, dnode.name, delivered)
-        message = RequestMessage(
-            request_id,
-            w.prompt_len + delivered,
-            w.output_len - delivered,
-            rec.arrival_time,
-            w.priority,
-            None,
-            self.spec.sampler.ignore_eos,
-        )
-        self._send(dnode, message)
-
     def _release_at_prefill(self, request_id: str) -> None:
         prefill = self._prefill_of.pop(request_id, None)
         if prefill is not None:
