@@ -207,7 +207,9 @@ STALLED_READERS_BOUND = 256 << 20
 
 def test_100_stalled_readers_stay_under_the_memory_bound_and_are_cut_off():
     server = subprocess.Popen(
-        [sys.executable, "-m", "tests.transport.stall_server", "3.0"],
+        # The server's stream bound: long enough that, on a loaded 2-core box, no
+        # stream ends before all 100 have read their first chunk and been counted.
+        [sys.executable, "-m", "tests.transport.stall_server", "10.0"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
