@@ -106,6 +106,8 @@ class KVHandoffHandler:
         self.serving = True
         self.max_active_pulls = max_active_pulls
         self.active_pulls = 0
+        # The most streams served at once: what an operator sizes memory by.
+        self.peak_active_pulls = 0
         # A lost ack makes the consumer report again; pass each request on
         # once. Bounded so a long run does not grow without limit.
         self._done: OrderedDict[str, None] = OrderedDict()
@@ -234,6 +236,7 @@ class _KVHandoffServicer(pb_grpc.KVHandoffServicer):
         if refusal is not None:
             await self._refuse(context, *refusal)
         handler.active_pulls += 1
+        handler.peak_active_pulls = max(handler.peak_active_pulls, handler.active_pulls)
         try:
             async with asyncio.timeout(self._max_stream_s):
                 for chunk in encode_chunks(blocks, chunk_bytes):

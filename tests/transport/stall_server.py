@@ -1,6 +1,7 @@
 """A KV server in its own process, for the stalled-readers test: serves one
 16 MiB request built block by block, prints its port, then answers each
-line on stdin with its resident set size in bytes."""
+line on stdin with its peak resident set size in bytes, the streams it
+serves now and the most it served at once."""
 
 from __future__ import annotations
 
@@ -23,8 +24,13 @@ class LazySource:
         return (bytes([b % 251]) * self.BLOCK for b in block_ids)
 
 
-def rss_bytes() -> int:
-    return int(Path("/proc/self/statm").read_text().split()[1]) * 4096
+def peak_rss_bytes() -> int:
+    """VmHWM: the high-water mark, so a stream that ends before it is
+    sampled still counts."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 async def main(max_stream_s: float) -> None:
@@ -32,7 +38,8 @@ async def main(max_stream_s: float) -> None:
         print(server.address, flush=True)
         loop = asyncio.get_running_loop()
         while await loop.run_in_executor(None, sys.stdin.readline):
-            print(rss_bytes(), server.handler.active_pulls, flush=True)
+            handler = server.handler
+            print(peak_rss_bytes(), handler.active_pulls, handler.peak_active_pulls, flush=True)
 
 
 if __name__ == "__main__":
