@@ -4,11 +4,12 @@ runtime's step and request hooks.
 
 - `NodeObserver`: one node's exporter and stats logger.
 - `LiveObserver`: every node of an in-process run, in this process.
-- `RayLiveObserver`: the same for a Ray run. Each node actor builds its own
-  `NodeObserver` through `start_node_observer` (a module-level function, so
-  Ray pickles it by reference and the actor imports `bench` itself) and
-  serves `/metrics` from its own process; the driver relays the actors'
-  stats lines (see `cluster/ray/observe.py`).
+- `RayLiveObserver`: the same endpoints for a Ray run. Each node actor
+  builds its own `NodeObserver` through `start_node_observer` (a
+  module-level function, so Ray pickles it by reference and the actor
+  imports `bench` itself); the driver relays the actors' stats lines and
+  expositions (see `cluster/ray/observe.py`) to endpoints bound here for
+  the whole run.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from engine.records import RequestRecord, StepRecord
 
 from .loglines import PeriodicStatLogger
+from .metrics_relay import RelayEndpoint
 from .prometheus import NodeMetricsExporter
 
 logger = logging.getLogger("disagg_sim.stats")
@@ -93,6 +95,10 @@ class NodeObserver:
     def url(self) -> str | None:
         return self.exporter.url
 
+    def exposition(self) -> bytes:
+        """The text /metrics would serve now."""
+        return self.exporter.render()
+
     def close(self) -> None:
         self.exporter.stop()
 
@@ -159,7 +165,6 @@ class LiveObserver:
         self.exporters = {n: o.exporter for n, o in self.nodes.items()}
         self.loggers = {n: o.stat_logger for n, o in self.nodes.items() if o.stat_logger is not None}
         self.urls: dict[str, str] = {}
-        self.held_s = 0.0  # the runner holds in-process endpoints itself, after the run
         if metrics_port is not None:
             try:
                 for i, (name, node) in enumerate(self.nodes.items()):
@@ -213,18 +218,16 @@ class LiveObserver:
 def start_node_observer(
     node_name: str,
     index: int,
-    host: str,
     *,
-    metrics_port: int | None,
     log_interval: float | None,
     model_name: str = "disagg-sim",
     variant: str | None = None,
 ) -> NodeObserver:
     """Runs inside a Ray node actor (`cluster.ray.observe.ObserverFactory`):
-    node `index` serves on `host`:`metrics_port + index` (0 = ephemeral,
-    None = no endpoint); its stats lines are buffered for the driver. With
-    `variant`, series carry a `variant` label and lines say the variant."""
-    node = NodeObserver(
+    the node's exporter, without a server (the driver fetches its
+    exposition), and its stats lines buffered for the driver. With `variant`,
+    series carry a `variant` label and lines say the variant."""
+    return NodeObserver(
         node_name,
         engine_index=index,
         log_interval=log_interval,
@@ -232,67 +235,56 @@ def start_node_observer(
         buffer_lines=True,
         labels={"variant": variant} if variant else None,
     )
-    if metrics_port is not None:
-        port = 0 if metrics_port == 0 else metrics_port + index
-        try:
-            node.start(port, host)
-        except OSError as err:
-            raise OSError(
-                f"{node_name}: cannot serve /metrics on {host}:{port} ({err}); "
-                f"choose another --metrics-port, or 0 for ephemeral ports"
-            ) from err
-    return node
 
 
 class RayLiveObserver:
-    """What `run_ray` needs for live observation (`run_ray_kwargs()`), and
-    the runner's view of it: the URLs once the actors serve them, and
-    `--hold-metrics` honoured inside the run (the endpoints die with the
-    actors, so the hold happens before `run_ray` tears them down)."""
+    """The same endpoints as `LiveObserver` for a Ray `run`: one `/metrics`
+    per node name (node i on PORT + i, 0 = ephemeral), bound here once,
+    before anything runs, and kept across every run; the driver relays each
+    node actor's exposition to its endpoint (`bench/metrics_relay.py`).
+    `run_ray_kwargs()` is what `run_ray` needs for one run."""
 
     def __init__(
         self,
+        node_names: list[str],
         metrics_port: int | None = None,
         log_interval: float | None = None,
-        hold_s: float = 0.0,
         model_name: str = "disagg-sim",
-        announce: Callable[[str], None] = print,
     ) -> None:
         if metrics_port is not None and not 0 <= metrics_port <= 65535:
             raise ValueError(f"metrics_port={metrics_port} is invalid; allowed: 0 (ephemeral) to 65535, or None")
         if log_interval is not None and log_interval <= 0:
             raise ValueError(f"log_interval={log_interval} is invalid; allowed: seconds > 0, or None")
-        if hold_s < 0:
-            raise ValueError(f"hold_s={hold_s} is invalid; allowed: seconds >= 0")
-        self.factory = functools.partial(
-            start_node_observer, metrics_port=metrics_port, log_interval=log_interval, model_name=model_name
-        )
-        self.hold_s = hold_s
-        self.announce = announce
-        self.urls: dict[str, str] = {}
-        self.held_s = 0.0  # seconds the last run spent holding its endpoints (not run time)
+        self._base = functools.partial(start_node_observer, log_interval=log_interval, model_name=model_name)
+        self.factory = self._base
+        self._variant = ""
+        self.endpoints: dict[str, RelayEndpoint] = {}
+        if metrics_port is not None:
+            try:
+                for i, name in enumerate(node_names):
+                    self.endpoints[name] = RelayEndpoint(0 if metrics_port == 0 else metrics_port + i)
+            except BaseException:
+                self.close()  # no server left behind when a later port is taken
+                raise
+        self.urls = {name: endpoint.url for name, endpoint in self.endpoints.items()}
 
     def begin_run(self, variant: str, repeat: int = 0, pace: float | None = None) -> None:
         """The next run's actors label their series and lines with `variant`."""
-        self.factory = functools.partial(self.factory, variant=variant)
+        self._variant = variant
+        self.factory = functools.partial(self._base, variant=variant)
 
     def run_ray_kwargs(self) -> dict:
-        return {"observer_factory": self.factory, "on_metrics_urls": self._on_urls, "while_serving": self._hold}
+        return {"observer_factory": self.factory, "on_exposition": self.on_exposition}
 
-    def _on_urls(self, urls: dict[str, str]) -> None:
-        self.urls = dict(urls)
-        if urls:
-            self.announce("metrics: " + ", ".join(f"{n} {u}" for n, u in urls.items()))
-
-    def _hold(self, urls: dict[str, str]) -> None:
-        if self.hold_s > 0 and urls:
-            self.announce(f"serving /metrics for {self.hold_s:g}s: " + ", ".join(urls.values()))
-            t0 = time.monotonic()
-            time.sleep(self.hold_s)
-            self.held_s = time.monotonic() - t0
+    def on_exposition(self, node_name: str, exposition: bytes) -> None:
+        endpoint = self.endpoints.get(node_name)
+        if endpoint is not None:
+            endpoint.metrics.update(self._variant, exposition)
 
     def sync_counters(self, node_counters: dict[str, dict]) -> None:
-        """Nothing to do: each actor synced its exporter before it reported."""
+        """Nothing to do: each actor synced its exporter before its last exposition."""
 
     def close(self) -> None:
-        """Nothing to do: the endpoints closed with the run's actors."""
+        for endpoint in self.endpoints.values():
+            endpoint.close()
+        self.endpoints = {}

@@ -104,28 +104,25 @@ def run_one(
     )
 
 
-def _observer_for_run(
-    scenario: Scenario, variants: list[str], runtime: str, metrics_port, log_interval, console, hold_metrics: float
-):
+def _observer_for_run(scenario: Scenario, variants: list[str], runtime: str, metrics_port, log_interval, console):
     """One observer for the whole `run`: one /metrics endpoint per node name
     (bound once, before anything runs), series labelled with the variant."""
     if metrics_port is None and not log_interval:
         return None
-    if runtime == "ray":
-        from .observe import RayLiveObserver
-
-        # Each node actor serves its own /metrics for its run; the URLs are
-        # printed when the actors are up, and the hold happens inside the run.
-        return RayLiveObserver(
-            metrics_port=metrics_port, log_interval=log_interval, hold_s=hold_metrics, announce=console.print
-        )
-    from .observe import LiveObserver
-
     names: list[str] = []
     for v in variants:
         names += [spec.name for _, spec, _ in scenario.cluster(v).node_specs() if spec.name not in names]
     try:
-        observer = LiveObserver(names, metrics_port=metrics_port, log_interval=log_interval, labels=("variant",))
+        if runtime == "ray":
+            from .observe import RayLiveObserver
+
+            # The driver serves every node name's /metrics for the whole run;
+            # the node actors' expositions are relayed to it.
+            observer = RayLiveObserver(names, metrics_port=metrics_port, log_interval=log_interval)
+        else:
+            from .observe import LiveObserver
+
+            observer = LiveObserver(names, metrics_port=metrics_port, log_interval=log_interval, labels=("variant",))
     except OSError as err:
         raise InputError(
             f"--metrics-port {metrics_port}: cannot serve /metrics on 127.0.0.1 ({err.strerror or err}); "
@@ -174,7 +171,7 @@ def run_scenario(
             f"--pace {pace:g}: only in-process runs have a virtual clock to pace; allowed with --runtime inproc"
         )
 
-    observer = _observer_for_run(scenario, variants, runtime, metrics_port, log_interval, console, hold_metrics)
+    observer = _observer_for_run(scenario, variants, runtime, metrics_port, log_interval, console)
     ray_ctx = None
     if runtime == "ray":
         from cluster.ray.runtime import RayClusterHandle
@@ -207,7 +204,7 @@ def run_scenario(
                         crash = RunCrashed(variant, repeat, err)
                         crash.out_dir = outcome.out_dir
                         raise crash from err
-                    wall = time.monotonic() - t0 - (observer.held_s if observer is not None else 0.0)
+                    wall = time.monotonic() - t0
                     if observer is not None:
                         observer.sync_counters(run.node_counters)
                     if runtime == "ray":
@@ -249,7 +246,7 @@ def run_scenario(
                     if outcome.out_dir is not None:
                         write_run(outcome.out_dir, result, run.steps)
                     bar.advance(task)
-        if observer is not None and hold_metrics > 0 and runtime == "inproc" and observer.urls:
+        if observer is not None and hold_metrics > 0 and observer.urls:
             console.print(f"serving /metrics for {hold_metrics:g}s: " + ", ".join(observer.urls.values()))
             time.sleep(hold_metrics)
     finally:

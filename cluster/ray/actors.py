@@ -11,7 +11,7 @@ The node classes are the ones the in-process runtime runs. The end-of-run
 report (`NodeRole.report`) is built inside the actor, from the node's own
 core, so the Ray runtime checks exactly what the in-process runtime checks.
 With an `observer_factory` (`cluster/ray/observe.py`) a node actor also
-serves its own `/metrics` and buffers its stats lines for the driver.
+keeps a Prometheus exporter and its stats lines, which the driver fetches.
 """
 
 from __future__ import annotations
@@ -52,11 +52,11 @@ class _NodeShell:
             self.observation.on_step(step)
 
     def _start_observation(self) -> dict:
-        """The node's /metrics on its own address (127.0.0.1 on a local cluster)."""
-        if self._observer_factory is None:
-            return {}
-        self.observation = ActorObservation(self._observer_factory, self._index, self.host.node)
-        return {"metrics_url": self.observation.start(ray.util.get_node_ip_address())}
+        """The node's exporter and stats logger, fed from its own steps."""
+        if self._observer_factory is not None:
+            self.observation = ActorObservation(self._observer_factory, self._index, self.host.node)
+            self.observation.start()
+        return {}
 
     async def begin(self, start_wall: float, proxy_address: tuple[str, int]) -> None:
         await self.host.begin(start_wall, (proxy_address[0], int(proxy_address[1])))
@@ -68,8 +68,9 @@ class _NodeShell:
         if self.observation is not None:
             self.observation.observe_requests(records)
 
-    async def take_stats_lines(self) -> list[tuple[int, str]]:
-        return self.observation.take_log_records() if self.observation is not None else []
+    async def take_observation(self) -> tuple[list[tuple[int, str]], bytes | None]:
+        """Stats lines since the last call and the /metrics text now, for the driver."""
+        return self.observation.take() if self.observation is not None else ([], None)
 
     async def quiesce(self, timeout_s: float) -> bool:
         return await self.host.quiesce(timeout_s)
@@ -78,7 +79,7 @@ class _NodeShell:
         report = self.host.report()
         report.where = _where()
         if self.observation is not None:
-            self.observation.refresh()  # the endpoint shows the counters just reported
+            self.observation.refresh()  # the exposition shows the counters just reported
             report.observer_errors = list(self.observation.errors)
         return report
 
@@ -88,7 +89,7 @@ class _NodeShell:
 
     async def _close_observation(self) -> None:
         if self.observation is not None:
-            await self.observation.close()
+            self.observation.close()
 
     async def stop(self) -> None:
         await self._close_observation()

@@ -1,16 +1,20 @@
-"""Live observation on the Ray runtime: a Prometheus `/metrics` endpoint in
-every node actor and vLLM-style stats lines per node, while the run goes on.
+"""Live observation on the Ray runtime: vLLM-style `/metrics` series and
+stats lines per node, while the run goes on.
 
 Who does what:
 - Each node actor builds its own observer with the `ObserverFactory` the
   caller passed to `run_ray` (bench's `start_node_observer`; `cluster` does
-  not import `bench`, it only calls what it is given). The observer serves
-  `/metrics` from the actor's process on the node's own address (127.0.0.1
-  on a local cluster) and is fed by the node's own engine: every step
-  (the node's `on_step`: running/waiting gauges, KV usage, preemption
-  counters) and every `REFRESH_S` the node's live gauges and full counters
-  (the simulator's `disagg_sim:` series, and gauges that reflect an idle
-  node instead of its last step).
+  not import `bench`, it only calls what it is given). The observer keeps a
+  Prometheus exporter without an HTTP server, fed by the node's own engine:
+  every step (the node's `on_step`: running/waiting gauges, KV usage,
+  preemption counters) and every `REFRESH_S` the node's live gauges and full
+  counters (the simulator's `disagg_sim:` series, and gauges that reflect an
+  idle node instead of its last step).
+- The driver fetches every node's text exposition every `POLL_S` and once
+  more after the nodes reported, and hands it to `on_exposition(node,
+  text)`: bench serves it on one endpoint per node name that outlives the
+  run's actors (`bench/metrics_relay.py`), so one scrape target covers every
+  run of a `disagg-sim run`.
 - Request latency histograms (TTFT, ITL, E2EL, queue time, TPOT) are
   observed where the request records are: the driver builds a
   `RequestRecord` per request from the proxy's client stream and sends each
@@ -18,9 +22,9 @@ Who does what:
   node; a prefill node for a request that ended there). So a node's
   histograms use the client's times, as `vllm bench serve` measures them.
 - Stats lines are formatted inside the node actor (from its own steps, on
-  the run clock) and relayed by the driver, which polls the actors every
-  `LINE_POLL_S` and logs them on `disagg_sim.stats` (Ray does not forward an
-  actor's logging to the driver unless `log_to_driver` is on).
+  the run clock) and relayed by the driver in the same poll, which logs them
+  on `disagg_sim.stats` (Ray does not forward an actor's logging to the
+  driver unless `log_to_driver` is on).
 """
 
 from __future__ import annotations
@@ -37,14 +41,11 @@ logger = logging.getLogger(__name__)
 stats_logger = logging.getLogger("disagg_sim.stats")
 
 REFRESH_S = 0.5  # live gauges and counters between steps, per node
-LINE_POLL_S = 0.25  # the driver fetches the nodes' stats lines this often
+POLL_S = 0.25  # the driver fetches the nodes' stats lines and expositions this often
 
 
 class NodeObserver(Protocol):
     """What a node actor feeds (bench's `NodeObserver` implements it)."""
-
-    @property
-    def url(self) -> str | None: ...
 
     def on_step(self, step: StepRecord) -> None: ...
 
@@ -54,11 +55,13 @@ class NodeObserver(Protocol):
 
     def take_log_records(self) -> list[tuple[int, str]]: ...
 
-    def close(self) -> None: ...
+    def exposition(self) -> bytes: ...
 
 
-# (node name, node index in `ClusterSpec.node_specs()` order, host to serve on) -> a started observer.
-ObserverFactory = Callable[[str, int, str], NodeObserver]
+# (node name, node index in `ClusterSpec.node_specs()` order) -> an observer.
+ObserverFactory = Callable[[str, int], NodeObserver]
+# (node name, its text exposition): where the driver hands what it fetched.
+ExpositionSink = Callable[[str, bytes], None]
 
 
 class ActorObservation:
@@ -73,10 +76,9 @@ class ActorObservation:
         self.errors: list[str] = []
         self._refresher: asyncio.Task | None = None
 
-    def start(self, host: str) -> str | None:
-        """Build the observer (its HTTP server binds here); the node's steps come through `on_step`."""
-        self.observer = self.factory(self.node.name, self.index, host)
-        return self.observer.url
+    def start(self) -> None:
+        """Build the observer; the node's steps come through `on_step`."""
+        self.observer = self.factory(self.node.name, self.index)
 
     def begin(self) -> None:
         if self.observer is not None:
@@ -118,27 +120,33 @@ class ActorObservation:
         except Exception as err:
             self._fail("on_requests_finished", err)
 
-    def take_log_records(self) -> list[tuple[int, str]]:
-        return self.observer.take_log_records() if self.observer is not None else []
+    def take(self) -> tuple[list[tuple[int, str]], bytes | None]:
+        """(stats lines since the last call, the exposition now) for the driver."""
+        if self.observer is None:
+            return [], None
+        try:
+            return self.observer.take_log_records(), self.observer.exposition()
+        except Exception as err:
+            self._fail("exposition", err)
+            return [], None
 
-    async def close(self) -> None:
-        """Stop feeding and close the HTTP server (its port is free when this returns)."""
+    def close(self) -> None:
+        """Stop feeding."""
         if self._refresher is not None:
             self._refresher.cancel()
             self._refresher = None
-        observer, self.observer = self.observer, None
-        if observer is not None:
-            # The server's shutdown waits for its serving thread: not on the event loop.
-            await asyncio.to_thread(observer.close)
+        self.observer = None
 
 
 class DriverObservation:
     """The driver's part: finished records to their node's exporter, and
-    the nodes' stats lines to the driver's log while the run goes on."""
+    the nodes' stats lines (to the driver's log) and expositions (to
+    `on_exposition`) while the run goes on."""
 
-    def __init__(self, nodes: dict[str, object], clock) -> None:
+    def __init__(self, nodes: dict[str, object], clock, on_exposition: ExpositionSink | None = None) -> None:
         self.nodes = nodes  # name -> node actor handle
         self.clock = clock
+        self.on_exposition = on_exposition
         self.lines: list[tuple[float, str]] = []  # (run time the driver logged it, line)
         self._pending: list = []
         self._dead: set[str] = set()
@@ -164,24 +172,28 @@ class DriverObservation:
             except TimeoutError:
                 logger.warning("%d latency update(s) did not reach their node within %.0f s", len(pending), timeout_s)
 
-    async def poll_lines(self) -> None:
+    async def poll(self) -> None:
         while True:
-            await asyncio.sleep(LINE_POLL_S)
-            await self.fetch_lines(LINE_POLL_S * 20)
+            await asyncio.sleep(POLL_S)
+            await self.fetch(POLL_S * 20)
 
-    async def fetch_lines(self, timeout_s: float) -> None:
+    async def fetch(self, timeout_s: float) -> None:
+        """Every live node's stats lines since the last fetch and its exposition now."""
         live = [n for n in self.nodes if n not in self._dead]
         try:
-            batches = await asyncio.wait_for(
-                asyncio.gather(*(self.nodes[n].take_stats_lines.remote() for n in live), return_exceptions=True),
+            taken = await asyncio.wait_for(
+                asyncio.gather(*(self.nodes[n].take_observation.remote() for n in live), return_exceptions=True),
                 timeout_s,
             )
         except TimeoutError:
             return
         now = self.clock.now()
-        for batch in batches:
-            if isinstance(batch, BaseException):
-                continue  # a node killed by a fault: its lines went with it
+        for name, got in zip(live, taken):
+            if isinstance(got, BaseException):
+                continue  # a node killed by a fault: its last exposition stays where it was handed
+            batch, exposition = got
             for level, line in batch:
                 stats_logger.log(level, "%s", line)
                 self.lines.append((round(now, 3), line))
+            if exposition is not None and self.on_exposition is not None:
+                self.on_exposition(name, exposition)

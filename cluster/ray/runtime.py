@@ -21,9 +21,9 @@ pull timeouts and deadlines, fault times and outage windows are wall seconds
 and are not scaled. Step records carry the modelled (unscaled) duration.
 
 Live observation (`cluster/ray/observe.py`): with an `observer_factory`
-every node actor serves its own Prometheus `/metrics` and formats vLLM-style
-stats lines, which the driver logs while the run goes on;
-`extra["metrics_urls"]` lists the endpoints, which close with the actors.
+every node actor keeps a Prometheus exporter and formats vLLM-style stats
+lines; the driver fetches both while the run goes on, logs the lines and
+hands each exposition to `on_exposition` (bench serves them).
 
 Faults: `[{"kill": "prefill-0", "at": 2.0}]` kills that node's actor at run
 time 2.0 s (its process and gRPC server die with it). Link outages come from
@@ -51,7 +51,7 @@ from ..spec import ClusterSpec
 from .actors import DecodeNodeActor, PrefillNodeActor
 from .cluster import RayClusterHandle
 from .driver import LoadDriver
-from .observe import DriverObservation, ObserverFactory
+from .observe import DriverObservation, ExpositionSink, ObserverFactory
 from .placement import describe_placement, node_actor_options, pinned_options
 from .proxy import ProxyActor
 
@@ -92,8 +92,7 @@ def run_ray(
     quiesce_timeout_s: float = 10.0,
     keep_step_timings: bool = False,
     observer_factory: ObserverFactory | None = None,
-    on_metrics_urls: Callable[[dict[str, str]], None] | None = None,
-    while_serving: Callable[[dict[str, str]], None] | None = None,
+    on_exposition: ExpositionSink | None = None,
 ) -> RunResult:
     """Run `workload` on a Ray cluster: `handle` (shared by several runs), or
     one launched for this run (`address=None`) or attached to (`address`).
@@ -105,12 +104,10 @@ def run_ray(
     adds every step's wall timing to `extra["step_timings"]` (for the
     overhead benchmark).
 
-    Live observation: `observer_factory(node_name, index, host)` runs in each
-    node actor and returns its started observer (bench's
-    `start_node_observer`); `on_metrics_urls({node: url})` is called once the
-    endpoints are up, before the run starts; `while_serving({node: url})`
-    after every node has reported and before the actors are stopped — the
-    endpoints stay up until it returns (`--hold-metrics`).
+    Live observation: `observer_factory(node_name, index)` runs in each node
+    actor and returns its observer (bench's `start_node_observer`);
+    `on_exposition(node, text)` gets every node's /metrics text while the run
+    goes on, and its final one after the node reported.
     """
     kills = parse_faults(faults, spec)
     ids = [w.request_id for w in workload]
@@ -134,16 +131,13 @@ def run_ray(
                 quiesce_timeout_s=quiesce_timeout_s,
                 keep_step_timings=keep_step_timings,
                 observer_factory=observer_factory,
-                on_metrics_urls=on_metrics_urls,
-                while_serving=while_serving,
+                on_exposition=on_exposition,
             )
     if not handle.started or handle.closed:
         raise RuntimeError("run_ray: the RayClusterHandle is not open; use it as a context manager")
-    run = _RayRun(handle, spec, seed, kv_hold_timeout_s, observer_factory)
+    run = _RayRun(handle, spec, seed, kv_hold_timeout_s, observer_factory, on_exposition)
     try:
         run.launch()
-        if on_metrics_urls is not None and run.metrics_urls:
-            on_metrics_urls(dict(run.metrics_urls))
         result = asyncio.run(
             run.drive(
                 workload,
@@ -156,8 +150,6 @@ def run_ray(
                 keep_step_timings,
             )
         )
-        if while_serving is not None and run.metrics_urls:
-            while_serving({n: u for n, u in run.metrics_urls.items() if n not in run.killed})
         return result
     finally:
         run.teardown()
@@ -171,10 +163,11 @@ class _RayRun:
         seed: int,
         kv_hold_timeout_s: float | None,
         observer_factory: ObserverFactory | None = None,
+        on_exposition: ExpositionSink | None = None,
     ) -> None:
         self.handle = handle
         self.observer_factory = observer_factory
-        self.metrics_urls: dict[str, str] = {}
+        self.on_exposition = on_exposition
         self.observation: DriverObservation | None = None
         self.spec = spec
         self.seed = seed
@@ -226,7 +219,6 @@ class _RayRun:
             [a.start.remote() for a in self.nodes.values()] + [self.proxy.ready.remote()], timeout=CALL_TIMEOUT_S
         )
         self.info = {info["name"]: info for info in infos}
-        self.metrics_urls = {n: self.info[n]["metrics_url"] for n in self.nodes if self.info[n].get("metrics_url")}
 
     async def drive(
         self,
@@ -252,7 +244,9 @@ class _RayRun:
             CALL_TIMEOUT_S,
         )
         clock = RunClock.from_wall_start(start_wall)
-        obs = self.observation = DriverObservation(self.nodes, clock) if self.observer_factory is not None else None
+        obs = self.observation = (
+            DriverObservation(self.nodes, clock, self.on_exposition) if self.observer_factory is not None else None
+        )
         driver = LoadDriver(
             self.proxy.submit.remote,
             workload,
@@ -265,7 +259,7 @@ class _RayRun:
         consumer = asyncio.ensure_future(driver.consume(stream))
         tasks = [asyncio.ensure_future(driver.release_all())]
         if obs is not None:
-            tasks.append(asyncio.ensure_future(obs.poll_lines()))
+            tasks.append(asyncio.ensure_future(obs.poll()))
         tasks += [asyncio.ensure_future(self._kill_at(clock, name, at)) for name, at in kills]
         completed = await driver.wait_done(stall_timeout_s, timeout_s)
         # The run lasted until its last request finished (the driver hears of
@@ -290,7 +284,7 @@ class _RayRun:
             asyncio.gather(*(a.report.remote() for a in live.values()), return_exceptions=True), CALL_TIMEOUT_S
         )
         if obs is not None:
-            await obs.fetch_lines(CALL_TIMEOUT_S)
+            await obs.fetch(CALL_TIMEOUT_S)  # the last lines, and the counters just reported
         return self._result(
             driver,
             workload,
@@ -385,7 +379,6 @@ class _RayRun:
         if keep_step_timings:
             extra["step_timings"] = timings
         if self.observation is not None:
-            extra["metrics_urls"] = dict(self.metrics_urls)
             extra["stats_lines"] = list(self.observation.lines)
             extra["observer_errors"] = observer_errors
         return RunResult(

@@ -1,11 +1,13 @@
-"""Live observation on the Ray runtime: every node actor serves its own
-Prometheus /metrics on 127.0.0.1 while the run goes on, and the driver logs
-vLLM-style stats lines from the nodes during the run.
+"""Live observation on the Ray runtime: the driver serves one Prometheus
+/metrics per node name on 127.0.0.1 for a whole `run`, fed with the node
+actors' expositions while each run goes on, and logs vLLM-style stats lines
+from the nodes during the run.
 
 One small cascade (pre-fix guard, so zero-progress preemptions happen) is run
 with metrics on ephemeral ports; a thread scrapes every endpoint while the
-run is in progress, and `while_serving` scrapes them once more after every
-node has reported (the endpoints are held until it returns)."""
+run is in progress, and once more after `run_ray` returned (its actors are
+gone, the endpoints are not). A second, short run of another variant lands on
+the same endpoints under its own label."""
 
 import logging
 import socket
@@ -23,8 +25,8 @@ from .conftest import make_spec, workload
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(120)]
 
 N = 30
-DECODE = '{engine="decode-0",model_name="disagg-sim"}'
-PREFILL = '{engine="prefill-0",model_name="disagg-sim"}'
+DECODE = '{engine="decode-0",model_name="disagg-sim",variant="prefix"}'
+PREFILL = '{engine="prefill-0",model_name="disagg-sim",variant="prefix"}'
 
 
 def scrape(url: str) -> str:
@@ -77,64 +79,71 @@ def observed(ray_cluster):
         links={"kv": {"delay_ms": 1.0}},
         time_scale=0.05,
     )
-    observer = RayLiveObserver(metrics_port=0, log_interval=0.5)
-    seen: dict = {"urls": None, "held": None, "scraper": None}
-
-    def on_metrics_urls(urls):
-        seen["urls"] = urls
-        seen["scraper"] = LiveScraper(urls)
-        seen["scraper"].start()
-
-    def while_serving(urls):
-        seen["scraper"].stop.set()
-        seen["scraper"].join(10)
-        seen["held"] = {n: scrape(u) for n, u in urls.items()}
-
+    observer = RayLiveObserver(["prefill-0", "decode-0"], metrics_port=0, log_interval=0.5)
+    urls = dict(observer.urls)
+    scraper = LiveScraper(urls)
     catcher = LineCatcher()
     stats = logging.getLogger("disagg_sim.stats")
     stats.addHandler(catcher)
     old_level = stats.level
     stats.setLevel(logging.DEBUG)
     try:
+        observer.begin_run("prefix")
+        scraper.start()
         result = run_ray(
-            spec,
-            workload(N, 128, 192),
-            seed=1,
-            handle=ray_cluster,
-            timeout_s=90,
-            observer_factory=observer.factory,
-            on_metrics_urls=on_metrics_urls,
-            while_serving=while_serving,
+            spec, workload(N, 128, 192), seed=1, handle=ray_cluster, timeout_s=90, **observer.run_ray_kwargs()
         )
+        scraper.stop.set()
+        scraper.join(10)
+        held = {n: scrape(u) for n, u in urls.items()}  # the run's actors are gone
+        observer.begin_run("fixed")
+        second = run_ray(
+            spec, workload(4, 32, 8), seed=2, handle=ray_cluster, timeout_s=60, **observer.run_ray_kwargs()
+        )
+        after_second = {n: scrape(u) for n, u in urls.items()}
     finally:
         stats.removeHandler(catcher)
         stats.setLevel(old_level)
-        if seen["scraper"] is not None:
-            seen["scraper"].stop.set()
+        scraper.stop.set()
+        observer.close()
+    seen = {"urls": urls, "scraper": scraper, "held": held, "second": (second, after_second)}
     return result, seen, catcher.lines
 
 
-def test_every_node_serves_its_own_endpoint_on_loopback_and_it_is_closed_after_the_run(observed):
+def test_one_endpoint_per_node_name_on_loopback_outlives_the_runs_and_closes_with_the_observer(observed):
     result, seen, _ = observed
     assert result.invariant_errors == []
-    urls = result.extra["metrics_urls"]
-    assert urls == seen["urls"] and set(urls) == {"prefill-0", "decode-0"}
+    urls = seen["urls"]
+    assert set(urls) == {"prefill-0", "decode-0"}
     ports = set()
     for url in urls.values():
         parts = urlsplit(url)
         assert (parts.scheme, parts.hostname, parts.path) == ("http", "127.0.0.1", "/metrics")
         ports.add(parts.port)
-    assert len(ports) == 2  # one server per node
-    for port in ports:  # run_ray returned: the actors closed their servers and are gone
+    assert len(ports) == 2  # one server per node name
+    for port in ports:  # the observer closed: so did its servers
         with socket.socket() as sock:
             sock.settimeout(2)
-            assert sock.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still open after the run"
+            assert sock.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still open after close"
     assert result.extra["observer_errors"] == []
+
+
+def test_a_later_run_of_another_variant_lands_on_the_same_endpoints_under_its_label(observed):
+    _, seen, _ = observed
+    second, bodies = seen["second"]
+    assert second.invariant_errors == []
+    fixed = DECODE.replace('variant="prefix"', 'variant="fixed"')
+    assert value(bodies["decode-0"], "vllm:e2e_request_latency_seconds_count" + fixed) == 4
+    assert value(bodies["decode-0"], "vllm:e2e_request_latency_seconds_count" + DECODE) == N  # still there
+    for body in bodies.values():  # one family per name, as the text format requires
+        types = [line for line in body.splitlines() if line.startswith("# TYPE ")]
+        assert len(types) == len(set(types))
 
 
 def test_scrapes_during_the_run_see_the_decode_node_working(observed):
     _, seen, _ = observed
-    live = seen["scraper"].bodies
+    # Empty until the driver relayed the run's first exposition.
+    live = {name: [body for body in bodies if body] for name, bodies in seen["scraper"].bodies.items()}
     assert live["decode-0"] and live["prefill-0"]
     running = [value(body, "vllm:num_requests_running" + DECODE) for body in live["decode-0"]]
     assert max(running) > 0  # gauges moved while requests were decoding
@@ -178,8 +187,8 @@ def test_stats_lines_in_vllm_style_are_logged_by_the_driver_during_the_run(obser
     result, _, logged = observed
     lines = result.extra["stats_lines"]
     assert [line for _, line in lines] == logged
-    decode = [line for line in logged if line.startswith("[decode-0] Engine 001: ")]
-    assert decode and any(line.startswith("[prefill-0] Engine 000: ") for line in logged)
+    decode = [line for line in logged if line.startswith("[prefix/decode-0] Engine 001: ")]
+    assert decode and any(line.startswith("[prefix/prefill-0] Engine 000: ") for line in logged)
     assert all(
         "Avg prompt throughput" in line
         and "Running: " in line
@@ -192,17 +201,26 @@ def test_stats_lines_in_vllm_style_are_logged_by_the_driver_during_the_run(obser
     assert min(t for t, _ in lines) < last_finish  # relayed live, not only at the end
 
 
-def test_the_runner_side_observer_announces_urls_and_holds_inside_the_run():
-    announced: list[str] = []
-    observer = RayLiveObserver(metrics_port=9100, log_interval=None, hold_s=0.0, announce=announced.append)
-    kwargs = observer.run_ray_kwargs()
-    assert set(kwargs) == {"observer_factory", "on_metrics_urls", "while_serving"}
-    assert kwargs["observer_factory"].keywords["metrics_port"] == 9100
-    kwargs["on_metrics_urls"]({"decode-0": "http://127.0.0.1:9101/metrics"})
-    kwargs["while_serving"]({"decode-0": "http://127.0.0.1:9101/metrics"})  # hold 0: returns at once
-    assert announced == ["metrics: decode-0 http://127.0.0.1:9101/metrics"]
-    assert observer.urls == {"decode-0": "http://127.0.0.1:9101/metrics"}
+def test_the_runner_side_observer_binds_port_plus_index_and_refuses_bad_settings():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        base = probe.getsockname()[1]
+    observer = RayLiveObserver(["prefill-0", "decode-0"], metrics_port=base, log_interval=None)
+    try:
+        assert observer.urls == {
+            "prefill-0": f"http://127.0.0.1:{base}/metrics",
+            "decode-0": f"http://127.0.0.1:{base + 1}/metrics",
+        }
+        assert set(observer.run_ray_kwargs()) == {"observer_factory", "on_exposition"}
+        observer.begin_run("fixed")
+        node = observer.factory("decode-0", 1)  # what an actor builds
+        node.sync_counters({"num_preemptions": 3})
+        observer.on_exposition("decode-0", node.exposition())
+        body = scrape(observer.urls["decode-0"])
+        assert 'vllm:num_preemptions_total{engine="decode-0",model_name="disagg-sim",variant="fixed"} 3.0' in body
+    finally:
+        observer.close()
     with pytest.raises(ValueError, match="metrics_port=70000 is invalid"):
-        RayLiveObserver(metrics_port=70000)
+        RayLiveObserver(["decode-0"], metrics_port=70000)
     with pytest.raises(ValueError, match="log_interval=0 is invalid"):
-        RayLiveObserver(log_interval=0)
+        RayLiveObserver(["decode-0"], log_interval=0)
