@@ -212,9 +212,12 @@ def cmd_run(args) -> int:
         pace=args.pace,
     )
     clock = outcome.results[0]["clock"] if outcome.results else "?"
-    console.print(
-        f"clock: {clock} ({'virtual, deterministic' if clock == 'virtual' else 'wall, scaled by time_scale'})"
-    )
+    described = {
+        "virtual": "virtual, deterministic",
+        "wall": "wall, steps slept at time_scale x modelled; latencies and throughputs in model time"
+        " = wall / time_scale",
+    }
+    console.print(f"clock: {clock} ({described.get(clock, clock)})")
     return outcome.exit_code
 
 

@@ -15,6 +15,7 @@ from cluster.run_result import RunResult
 
 from .compare import evaluate_thresholds, format_compare_table, format_threshold_table, summarize
 from .errors import InputError
+from .metrics import compute_metrics
 from .plots import plot_scenario
 from .results import build_result, write_run
 from .scenario import Scenario
@@ -155,9 +156,13 @@ def run_scenario(
     provenance: dict | None = None,
     only: list[str] | None = None,
     pace: float | None = None,
+    ray_handle=None,
 ) -> ScenarioOutcome:
     """Every variant x repeat (`only`: a subset of the variants), each result
-    written as it lands, then the table, thresholds, plots and report.html."""
+    written as it lands, then the table, thresholds, plots and report.html.
+    On Ray: `ray_handle`, an open `RayClusterHandle` to run on (several
+    calls can share one); by default one is launched, or attached to at
+    `address`, for this call."""
     console = console or Console()
     runtime = runtime or scenario.file.runtime
     outcome = ScenarioOutcome()
@@ -173,14 +178,14 @@ def run_scenario(
 
     observer = _observer_for_run(scenario, variants, runtime, metrics_port, log_interval, console)
     ray_ctx = None
-    if runtime == "ray":
+    if runtime == "ray" and ray_handle is None:
         from cluster.ray.runtime import RayClusterHandle
 
         ray_ctx = RayClusterHandle(address=address)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     try:
-        handle = ray_ctx.__enter__() if ray_ctx is not None else None
+        handle = ray_ctx.__enter__() if ray_ctx is not None else ray_handle
         with Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -207,8 +212,12 @@ def run_scenario(
                     wall = time.monotonic() - t0
                     if observer is not None:
                         observer.sync_counters(run.node_counters)
+                    wall_run = None
                     if runtime == "ray":
+                        from .wall_twin import to_model_time
+
                         add_request_distortion(run, scenario, variant, repeat)
+                        wall_run, run = run, to_model_time(run)
                     outcome.runs[(variant, repeat)] = run
                     for err in run.invariant_errors:
                         outcome.invariant_errors.append(f"{variant} r{repeat}: {err}")
@@ -233,10 +242,12 @@ def run_scenario(
                             **run.extra,
                         },
                     )
-                    if runtime == "ray":
-                        from .wall_twin import model_time_metrics
+                    if wall_run is not None:
+                        from .wall_twin import LATENCY_CLOCK, wall_clock_metrics
 
-                        result["model_time"] = model_time_metrics(result)
+                        result["latency_clock"] = LATENCY_CLOCK
+                        wall_metrics = compute_metrics(wall_run.requests, duration=wall_run.duration).to_dict()
+                        result["wall_clock"] = wall_clock_metrics(wall_metrics, wall_run.extra.get("time_scale", 1.0))
                     result["scenario_config"] = scenario_config(scenario, variant, runtime)
                     if provenance is not None:
                         result["provenance"] = provenance

@@ -12,6 +12,7 @@ twin: their timing is the point.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from statistics import mean
 
 from cluster.distortion import LIMIT, request_distortion
@@ -65,24 +66,43 @@ def twin_request_distortion(run: RunResult, scenario: Scenario, variant: str, re
 
 
 LATENCY_KEYS = ("median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_itl_ms", "median_e2el_ms")
+THROUGHPUT_KEYS = ("output_throughput", "request_throughput")
+LATENCY_CLOCK = "model (wall / time_scale)"
 
 
-def model_time_metrics(result: dict) -> dict:
-    """A Ray run's latencies in model time (wall / time_scale) and its
-    throughput in model time (x time_scale), labelled as such in the results
-    JSON (`model_time`); the table's columns stay the wall clock's."""
-    ts = result.get("extra", {}).get("time_scale")
-    if not ts:
-        return {}
-    out: dict = {"time_scale": ts, "note": "wall / time_scale (latencies), wall x time_scale (throughputs)"}
-    for key in LATENCY_KEYS:
-        if isinstance(result.get(key), (int, float)):
-            out[key] = result[key] / ts
-    for key in ("output_throughput", "request_throughput"):
-        if isinstance(result.get(key), (int, float)):
-            out[key] = result[key] * ts
-    if isinstance(result.get("duration"), (int, float)):
-        out["duration"] = result["duration"] / ts
+def _scaled(t: float | None, ts: float) -> float | None:
+    return None if t is None else t / ts
+
+
+def to_model_time(run: RunResult) -> RunResult:
+    """A Ray run with every request and step time in model seconds (wall /
+    `time_scale`), so its latencies and throughputs read like an in-process
+    run's of the same model. A step's `duration` is modelled already; the
+    run's `extra` (kill times, distortion) stays on the wall clock."""
+    ts = run.extra.get("time_scale") or 1.0
+    requests = [
+        replace(
+            r,
+            arrival_time=r.arrival_time / ts,
+            first_scheduled_time=_scaled(r.first_scheduled_time, ts),
+            remote_kv_wait_start=_scaled(r.remote_kv_wait_start, ts),
+            remote_kv_wait_end=_scaled(r.remote_kv_wait_end, ts),
+            token_times=[t / ts for t in r.token_times],
+            finish_time=_scaled(r.finish_time, ts),
+        )
+        for r in run.requests
+    ]
+    steps = [replace(s, time=s.time / ts) for s in run.steps]
+    return replace(run, duration=run.duration / ts, requests=requests, steps=steps)
+
+
+def wall_clock_metrics(wall: dict, ts: float) -> dict:
+    """The headline latencies and throughputs as the wall clock measured
+    them, for `result["wall_clock"]` next to the model-time keys."""
+    out: dict = {"time_scale": ts}
+    for key in (*LATENCY_KEYS, *THROUGHPUT_KEYS, "duration"):
+        if isinstance(wall.get(key), (int, float)):
+            out[key] = wall[key]
     return out
 
 
@@ -96,7 +116,7 @@ def distortion_lines(results: list[dict]) -> list[str]:
     model, its requests against the twin, each variant's repeat spread, and a
     warning with a time_scale when the overhead is above the limit."""
     lines = [
-        "time on Ray: the table is wall clock; model time = wall / time_scale; "
+        "time on Ray: latencies and throughputs are model time (wall / time_scale); "
         "overhead = wall beyond time_scale x modelled step:"
     ]
     warnings: dict[str, str] = {}
@@ -118,11 +138,12 @@ def distortion_lines(results: list[dict]) -> list[str]:
             f"  {r['variant']} r{r['repeat']}: step overhead {d['overhead_pct']:.1f} % ({d['worst_node']}: "
             f"{worst['mean_overhead_ms']:.2f} ms on {worst['mean_scaled_ms']:.2f} ms per step){req_text}"
         )
-        mt = r.get("model_time", {})
-        if "median_ttft_ms" in mt and "mean_tpot_ms" in mt and "output_throughput" in mt:
+        wall = r.get("wall_clock", {})
+        if wall.get("time_scale", 1.0) != 1.0 and {"median_ttft_ms", "mean_tpot_ms", "output_throughput"} <= set(wall):
             lines.append(
-                f"    in model time: median TTFT {mt['median_ttft_ms']:.1f} ms, mean TPOT {mt['mean_tpot_ms']:.2f} ms, "
-                f"output throughput {mt['output_throughput']:.1f} tok/s"
+                f"    on the wall clock (time_scale {wall['time_scale']:g}): "
+                f"median TTFT {wall['median_ttft_ms']:.1f} ms, "
+                f"mean TPOT {wall['mean_tpot_ms']:.2f} ms, output throughput {wall['output_throughput']:.1f} tok/s"
             )
         if "warning" in d:
             warnings[r["variant"]] = d["warning"]

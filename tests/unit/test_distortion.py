@@ -92,10 +92,23 @@ def test_lines_under_the_table_show_overhead_spread_and_warning():
     assert distortion_lines([{"variant": "v", "repeat": 0, "duration": 1.0, "output_throughput": 1.0}]) == []
 
 
-def test_model_time_divides_latencies_and_multiplies_throughput():
-    from bench.wall_twin import model_time_metrics
+def test_a_ray_run_reads_in_model_time_and_keeps_its_wall_clock_figures():
+    from bench.wall_twin import to_model_time, wall_clock_metrics
+    from cluster.run_result import RunResult
+    from engine.records import RequestRecord, StepRecord
 
-    r = {"extra": {"time_scale": 0.5}, "median_ttft_ms": 100.0, "mean_tpot_ms": 10.0, "output_throughput": 900.0}
-    mt = model_time_metrics(r)
-    assert mt["median_ttft_ms"] == 200.0 and mt["mean_tpot_ms"] == 20.0 and mt["output_throughput"] == 450.0
-    assert model_time_metrics({"extra": {}}) == {}
+    rec = RequestRecord("r0", arrival_time=1.0, prompt_len=8, max_tokens=2, first_scheduled_time=1.5)
+    rec.token_times, rec.finish_time = [2.0, 2.5], 2.5
+    step = StepRecord("decode-0", 2.0, 0, 1, 1, 0, 1, 1, 0, 0, 10, 0, 16, 1, 0, 0, duration=0.25)
+    wall = RunResult("wall", duration=3.0, requests=[rec], steps=[step], node_counters={}, extra={"time_scale": 0.5})
+    model = to_model_time(wall)
+    (r,) = model.requests
+    assert (r.arrival_time, r.first_scheduled_time, r.token_times, r.finish_time) == (2.0, 3.0, [4.0, 5.0], 5.0)
+    assert (model.duration, model.steps[0].time, model.steps[0].duration) == (6.0, 4.0, 0.25)
+    assert wall.requests[0].token_times == [2.0, 2.5]  # the wall run is left as it was
+    assert r.ttft == 2 * rec.ttft
+    figures = {"median_ttft_ms": 100.0, "output_throughput": 900.0, "duration": 3.0, "completed": 1}
+    assert wall_clock_metrics(figures, 0.5) == {
+        "time_scale": 0.5,
+        **{k: figures[k] for k in figures if k != "completed"},
+    }
