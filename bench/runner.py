@@ -13,12 +13,13 @@ from rich.console import Console
 
 from cluster.run_result import RunResult
 
-from .compare import evaluate_thresholds, format_compare_table, format_threshold_table, summarize
+from .compare import format_compare_table, format_threshold_table, summarize
 from .errors import InputError
 from .metrics import compute_metrics
 from .plots import plot_scenario
 from .results import build_result, write_run
 from .scenario import Scenario
+from .thresholds import evaluate_thresholds
 from .v0_report import v0_report, v0_run_record
 
 
@@ -325,8 +326,8 @@ def table_metrics(metrics: list[str]) -> list[str]:
 
 
 def _names_only(threshold: str, variants: list[str]) -> bool:
-    from .compare import parse_threshold
     from .scenario import _refs
+    from .thresholds import parse_threshold
 
     return all(ref.variant in variants for ref in _refs(parse_threshold(threshold)))
 

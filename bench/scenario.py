@@ -34,8 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cluster.spec import MAX_RUN_S, MAX_SEED, ClusterSpec
 from engine.records import WorkloadRequest
 
-from .compare import Ref, ThresholdError, parse_threshold
 from .errors import InputError, did_you_mean, format_validation_error, one_line
+from .thresholds import Ref, ThresholdError, parse_threshold
 from .traces import TraceError, load_trace
 from .workloads import generate_workload
 from .workloads.spec import MAX_REQUESTS, WorkloadSpec

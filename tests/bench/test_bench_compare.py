@@ -5,15 +5,9 @@ import io
 import pytest
 from rich.console import Console
 
-from bench.compare import (
-    ThresholdError,
-    evaluate_thresholds,
-    format_compare_table,
-    main_compare,
-    parse_threshold,
-    summarize,
-)
+from bench.compare import format_compare_table, main_compare, summarize
 from bench.results import build_result, write_run
+from bench.thresholds import ThresholdError, evaluate_thresholds, parse_threshold
 from engine.records import RequestRecord
 
 # variant -> per-repeat (num_preemptions, num_zero_progress_preemptions, ttft seconds)
