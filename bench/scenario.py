@@ -169,7 +169,7 @@ class ScenarioFile(_Strict):
     repeats: int = Field(1, ge=1, le=MAX_REPEATS)
     # Repeat r runs with seed + r (workload, sampler and link streams).
     seed: int = Field(0, ge=0, le=MAX_SEED)
-    # Expressions like "num_preemptions[prefix] / num_preemptions[fixed] >= 5" (bench/compare.py);
+    # Expressions like "num_preemptions[prefix] / num_preemptions[fixed] >= 5" (bench/thresholds.py);
     # any failing one makes `run` exit 1.
     thresholds: list[str] = Field(default_factory=list, max_length=MAX_THRESHOLDS)
     # What the table, plots and results files show (see Report).
