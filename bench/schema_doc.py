@@ -30,7 +30,7 @@ from cluster.spec import (
 )
 from engine.cost_model import cost_model_names
 
-from .scenario import Fault, Report, ScenarioFile, TraceSource, Variant
+from .scenario_file import Fault, Report, ScenarioFile, TraceSource, Variant
 from .workloads.arrivals import AllAtOnceArrivals, ConstantArrivals, GammaArrivals, PoissonArrivals
 from .workloads.lengths import (
     EmpiricalLengths,

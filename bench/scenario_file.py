@@ -1,0 +1,196 @@
+"""The scenario document's schema: every key a scenario file may have, its
+type, default, allowed values and limits (pydantic models, validated once at
+load). `bench/scenario.py` loads a file into these and resolves it;
+`bench/schema_doc.py` turns them into docs/scenario-reference.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from cluster.spec import MAX_RUN_S, MAX_SEED
+
+from .errors import InputError
+from .workloads.spec import MAX_REQUESTS
+
+DEFAULT_METRICS = [
+    "num_preemptions",
+    "num_zero_progress_preemptions",
+    "kv_corruptions_detected",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "output_throughput",
+]
+# A scenario name becomes a directory under results/ and part of every file
+# name: a plain name only (no path separators, no leading dot).
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+# Variant names also appear in thresholds (`metric[variant]`) and file names;
+# `+` joins matrix labels.
+VARIANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$"
+LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+MAX_VARIANTS = 1000
+MAX_REPEATS = 1000
+MAX_THRESHOLDS = 1000
+MAX_SCENARIO_BYTES = 4 * 2**20
+
+
+class ScenarioError(InputError):
+    """A scenario that does not load; the message says where and why."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class TraceSource(_Strict):
+    """Replay a recorded trace instead of a synthetic workload (bench/traces.py)."""
+
+    # Relative to the scenario file.
+    path: str = Field(min_length=1, max_length=4096)
+    format: Literal["auto", "mooncake", "csv"] = "auto"
+    # Multiplies every arrival time: 0.5 replays twice as fast.
+    time_scale: float = Field(1.0, gt=0, le=1e6)
+    max_requests: int | None = Field(None, ge=1, le=MAX_REQUESTS)
+    max_concurrency: int | None = Field(None, ge=1, le=MAX_REQUESTS)
+
+
+class Variant(_Strict):
+    name: str = Field(pattern=VARIANT_PATTERN)
+    # Dotted keys into this document, e.g. {cluster.decode.engine.preemption_guard: fixed}.
+    set: dict[str, Any] = Field(default_factory=dict)
+
+
+class Fault(_Strict):
+    """Kill a node at a run time (run seconds: virtual in-process, wall on Ray)."""
+
+    kill: str = Field(min_length=1, max_length=100)
+    at: float = Field(ge=0, le=MAX_RUN_S)
+
+
+class Chaos(_Strict):
+    """Seeded random faults over a run (cluster/chaos.py): in-process every
+    kind (kills, restarts, KV partitions, loss bursts, slow stages); on Ray the
+    kills (the other kinds are in-process only)."""
+
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    # Faults fall in [start_s, end_s) run seconds.
+    start_s: float = Field(0.0, ge=0, le=MAX_RUN_S)
+    end_s: float = Field(5.0, gt=0, le=MAX_RUN_S)
+    kills: int = Field(1, ge=0, le=100)
+    partitions: int = Field(2, ge=0, le=1000)
+    loss_bursts: int = Field(2, ge=0, le=1000)
+    slow_stages: int = Field(2, ge=0, le=1000)
+    max_fault_s: float = Field(1.0, gt=0, le=3600)
+    burst_loss: float = Field(0.5, gt=0, le=1)
+    slow_factor: float = Field(4.0, ge=1, le=1000)
+    # How many killed nodes come back (in-process), each `restart_after_s` after its kill.
+    restarts: int = Field(0, ge=0, le=100)
+    restart_after_s: float = Field(0.5, gt=0, le=MAX_RUN_S)
+
+    @model_validator(mode="after")
+    def _window(self) -> Chaos:
+        if self.end_s <= self.start_s:
+            raise ValueError(f"end_s={self.end_s:g} is invalid; allowed: > start_s ({self.start_s:g})")
+        return self
+
+
+class Report(_Strict):
+    # The variant others are compared with (paired ratios); default: the first.
+    baseline: str | None = None
+    # The table's rows; `completed` and `failed` are always shown.
+    metrics: list[str] = Field(default_factory=lambda: list(DEFAULT_METRICS), max_length=200)
+    # Latency percentiles computed for TTFT, TPOT, ITL, E2EL (keys p<P>_<metric>_ms).
+    percentiles: list[float] = Field(default_factory=lambda: [50.0, 90.0, 99.0], min_length=1, max_length=20)
+    # PNG plots and report.html in the results directory.
+    plots: bool = True
+    # Per-request detail (latencies, finish reason) in every results JSON.
+    include_requests: bool = False
+
+    @field_validator("percentiles")
+    @classmethod
+    def _percentiles(cls, v: list[float]) -> list[float]:
+        for p in v:
+            if not 0 < p <= 100:
+                raise ValueError(f"percentile {p:g} is invalid; allowed: 0 < p <= 100")
+        if len(set(v)) != len(v):
+            raise ValueError(f"percentiles {v} repeat a value; allowed: distinct values")
+        return v
+
+
+class ScenarioFile(_Strict):
+    # A plain name: the results directory is results/<name>-<time>.
+    name: str = Field(pattern=NAME_PATTERN)
+    # Printed before the run; its first line is listed by `disagg-sim scenarios`.
+    description: str = Field("", max_length=20_000)
+    # inproc: one process, virtual clock, deterministic; ray: Ray actors, wall clock, gRPC.
+    runtime: Literal["inproc", "ray"] = "inproc"
+    # The topology and settings (see Cluster below).
+    cluster: dict[str, Any] = Field(default_factory=dict)
+    # A synthetic workload (see Synthetic workload); exactly one of workload / trace.
+    workload: dict[str, Any] | None = None
+    # A recorded trace to replay (see Trace replay); exactly one of workload / trace.
+    trace: TraceSource | None = None
+    # Variants compared side by side, each a name and the settings it changes; default: one variant "default".
+    variants: list[Variant] | None = Field(None, min_length=1, max_length=MAX_VARIANTS)
+    # Or crossed axes: {axis: {label: {dotted.key: value}}}; names join with "+"; at most 1,000 variants.
+    matrix: dict[str, dict[str, dict[str, Any]]] | None = Field(None, min_length=1)
+    # Runs per variant; the table shows mean ± std over them.
+    repeats: int = Field(1, ge=1, le=MAX_REPEATS)
+    # Repeat r runs with seed + r (workload, sampler and link streams).
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    # Expressions like "num_preemptions[prefix] / num_preemptions[fixed] >= 5" (bench/thresholds.py);
+    # any failing one makes `run` exit 1.
+    thresholds: list[str] = Field(default_factory=list, max_length=MAX_THRESHOLDS)
+    # What the table, plots and results files show (see Report).
+    report: Report = Field(default_factory=Report)
+    # Fault injection: [{kill: decode-0, at: 2.5}, ...].
+    faults: list[Fault] = Field(default_factory=list, max_length=1000)
+    # Seeded random faults (see Chaos); the results carry the chaos report.
+    chaos: Chaos | None = None
+
+    @model_validator(mode="after")
+    def _one_workload_source(self) -> ScenarioFile:
+        if (self.workload is None) == (self.trace is None):
+            raise ValueError("give exactly one of 'workload' (synthetic) or 'trace' (replay)")
+        if self.variants is not None and self.matrix is not None:
+            raise ValueError("give 'variants' (a list) or 'matrix' (crossed axes), not both")
+        if self.seed + self.repeats - 1 > MAX_SEED:
+            raise ValueError(f"seed + repeats - 1 = {self.seed + self.repeats - 1} is invalid; allowed: <= {MAX_SEED}")
+        return self
+
+    @field_validator("variants")
+    @classmethod
+    def _unique_names(cls, v):
+        if v is not None:
+            names = [x.name for x in v]
+            dup = {n for n in names if names.count(n) > 1}
+            if dup:
+                raise ValueError(f"variant names must be unique; repeated: {sorted(dup)}")
+        return v
+
+    @field_validator("matrix")
+    @classmethod
+    def _matrix_labels(cls, v):
+        if v is None:
+            return v
+        import re
+
+        size = 1
+        for axis, labels in v.items():
+            for word in (axis, *labels):
+                if not re.match(LABEL_PATTERN, str(word)):
+                    raise ValueError(
+                        f"matrix name {word!r} is invalid; allowed: letters, digits, '.', '_', '-' "
+                        "(labels join with '+' into variant names)"
+                    )
+            if not labels:
+                raise ValueError(f"matrix.{axis} has no values")
+            size *= len(labels)
+        if size > MAX_VARIANTS:
+            raise ValueError(
+                f"the matrix expands to {size:,} variants; allowed: at most {MAX_VARIANTS} "
+                f"({' x '.join(str(len(x)) for x in v.values())})"
+            )
+        return v
