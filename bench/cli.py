@@ -7,8 +7,10 @@ disagg-sim compare [LABEL=]RESULTS ... [--threshold EXPR ...] [--baseline VARIAN
 disagg-sim validate SCENARIO
 disagg-sim schema [--markdown | --json | --metrics SCENARIO]
 disagg-sim scenarios
-disagg-sim serve [SCENARIO] [--host 127.0.0.1] [--port 8000] [--model-name NAME] [--time-scale X] [--variant V]
+disagg-sim serve [SCENARIO] [--runtime inproc|ray] [--address ADDR] [--host 127.0.0.1] [--port 8000]
+                 [--model-name NAME] [--time-scale X] [--variant V] [--max-pending N]
 disagg-sim tokenizer DIR
+disagg-sim validate-cost [--only ID ...] [--fit | --render-only] [--out MD] [--results JSON]
 disagg-sim --version
 
 Exit codes: 0 all thresholds pass; 1 a threshold failed; 2 bad input (one
@@ -358,6 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .calibrate import add_calibrate_parser
 
     add_calibrate_parser(sub)
+    from .validation.cli import add_validate_cost_parser
+
+    add_validate_cost_parser(sub)
     from .serve.cli import add_serve_parsers
 
     add_serve_parsers(sub, _number, cmd_serve, cmd_tokenizer)

@@ -19,6 +19,10 @@ class Submission(NamedTuple):
     output_len: int
     priority: int = 0
     prompt_segments: tuple[tuple[int, int], ...] = ()
+    # Sampling a client asked for (`bench/serve/`); ignore_eos None: the cluster's sampler setting.
+    ignore_eos: bool | None = None
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()
 
 
 class Arrived(NamedTuple):

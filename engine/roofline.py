@@ -29,6 +29,20 @@ from .model_shape import GPUSpec, ModelShape, get_gpu, get_model
 
 GiB = 1024**3
 
+# KV-pool sizing constants, each from published vLLM start-up logs
+# (docs/cost-model.md, "KV cache size and KV handoff bytes").
+# Memory outside torch that the profile run adds: 0.25 GiB on one GPU; with
+# tp > 1 the NCCL and symmetric-memory all-reduce buffers, 2.07-2.13 GiB per GPU
+# (vLLM 0.19, Llama-3.1-8B / Qwen2.5-7B at TP 2 and 4).
+NON_TORCH_GiB = 0.25
+NON_TORCH_TP_GiB = 2.1
+# Bytes per sampled logit in the profile run's sampler peak (fp32 logits +
+# sorted fp32 values + int64 indices); vLLM 0.19 measured 15.3-15.5.
+SAMPLER_BYTES_PER_LOGIT = 16
+# CUDA-graph memory vLLM >= 0.21 estimates and takes from the KV budget:
+# 0.51-1.85 GiB, mean 1.04 GiB, over 57 vLLM 0.19 runs on an H100.
+CUDAGRAPH_GiB = 1.0
+
 
 @dataclass(frozen=True)
 class RooflineParams:
@@ -143,25 +157,30 @@ class RooflineCostModel:
         block_size: int = 16,
         max_num_batched_tokens: int = 8192,
         max_num_seqs: int = 256,
-        runtime_overhead_GiB: float = 1.0,
+        non_torch_GiB: float | None = None,
+        cudagraph_GiB: float = CUDAGRAPH_GiB,
     ) -> int:
-        """KV blocks per GPU the way vLLM sizes its cache: the memory it may
-        use (`gpu_memory_utilization` x total) minus the weights on this GPU,
-        the profiled activation peak (one `max_num_batched_tokens` forward and
-        the sampler's logits) and non-torch memory (NCCL, CUDA graphs),
-        divided by one block's K/V on this GPU. The activation and overhead
-        terms are estimates (docs/cost-model.md)."""
+        """KV blocks per GPU the way vLLM (v1 `gpu_worker.determine_available_memory`)
+        sizes its cache: the memory it may use (`gpu_memory_utilization` x
+        total) minus the weights on this GPU, the activation peak of the
+        profile run, the memory outside torch (NCCL, all-reduce buffers) and
+        the CUDA-graph estimate (taken from the budget since vLLM 0.21; pass
+        0 for older versions or enforce-eager), divided by one block's K/V on
+        this GPU. Checked against published start-up logs: docs/cost-model.md
+        and tests/data/kv_sizing_published.yaml."""
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(
                 f"gpu_memory_utilization={gpu_memory_utilization!r} is invalid; allowed: a number in (0, 1]"
             )
-        m = self.model
+        for name, v in (("non_torch_GiB", non_torch_GiB), ("cudagraph_GiB", cudagraph_GiB)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
+                raise ValueError(f"{name}={v!r} is invalid; allowed: a number >= 0 (GiB)")
         total = self.gpu.memory_GB * 1e9
-        weights = m.weight_bytes / (self.tp * self.pp)
-        inter = (m.num_experts_per_tok * m.moe_intermediate_size) if m.is_moe else m.intermediate_size
-        activations = max_num_batched_tokens * (2 * inter / self.tp + 4 * m.hidden_size) * m.dtype_bytes
-        logits = max_num_seqs * m.vocab_size * 4
-        available = total * gpu_memory_utilization - weights - activations - logits - runtime_overhead_GiB * GiB
+        weights = self.model.weight_bytes / (self.tp * self.pp)
+        if non_torch_GiB is None:
+            non_torch_GiB = NON_TORCH_TP_GiB if self.tp > 1 else NON_TORCH_GiB
+        non_kv = weights + self.profile_activation_bytes(max_num_batched_tokens, max_num_seqs)
+        available = total * gpu_memory_utilization - non_kv - (non_torch_GiB + cudagraph_GiB) * GiB
         per_block = block_size * self.kv_bytes_per_token_per_gpu()
         blocks = int(available // per_block)
         if blocks < 1:
@@ -171,6 +190,23 @@ class RooflineCostModel:
                 "allowed: a larger GPU, tp/pp, or utilization"
             )
         return blocks
+
+    def profile_activation_bytes(self, max_num_batched_tokens: int, max_num_seqs: int) -> float:
+        """The torch peak of vLLM's profile run on one GPU: a forward of
+        `max_num_batched_tokens` tokens, then the sampler on `max_num_seqs`
+        rows. They run one after the other, so the peak is the larger:
+        - forward: a layer's MLP holds the gate/up output and its activation
+          (3 x intermediate / tp per token, the k routed experts' for MoE)
+          next to about 7 hidden-size tensors (residual, norm output, q/k/v,
+          attention output);
+        - sampler: fp32 logits plus the sorted copy top-k/top-p makes (fp32
+          values and int64 indices), 16 B per (row, vocabulary entry); every
+          TP rank samples the gathered logits, so it does not shrink with tp."""
+        m = self.model
+        inter = (m.num_experts_per_tok * m.moe_intermediate_size) if m.is_moe else m.intermediate_size
+        forward = max_num_batched_tokens * (3 * inter / self.tp + 7 * m.hidden_size) * m.dtype_bytes
+        sampler = max_num_seqs * m.vocab_size * SAMPLER_BYTES_PER_LOGIT
+        return max(forward, sampler)
 
     # -- (de)serialisation ----------------------------------------------------
     def to_dict(self) -> dict:

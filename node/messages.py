@@ -5,6 +5,7 @@ naming what is wrong.
 
     proxy -> node: RequestMessage            one per request
                    ReleaseMessage            give up requests' held KV blocks
+                   AbortMessage              clients went away: abort these requests
     node -> proxy: OutputEvent | KVEvent     in order, batched by the outbox
 
 Times are run seconds.
@@ -155,12 +156,34 @@ class ReleaseMessage(NamedTuple):
         return cls([_request_id(i) for i in ids])
 
 
-ProxyMessage = RequestMessage | ReleaseMessage
+class AbortMessage(NamedTuple):
+    """To the node that has these requests: their clients went away; abort
+    them in the engine (vLLM's `abort_requests`: blocks freed, finish reason
+    "abort"). Ids the node does not know (finished, or never delivered) are
+    ignored."""
+
+    request_ids: list[str]
+
+    def to_wire(self) -> list:
+        return ["abort", list(self.request_ids)]
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> AbortMessage:
+        (ids,) = _fields("abort", wire, 1)
+        if not isinstance(ids, list):
+            raise MessageError("abort: request_ids must be a list of strings")
+        return cls([_request_id(i) for i in ids])
+
+
+ProxyMessage = RequestMessage | ReleaseMessage | AbortMessage
 
 
 def proxy_message_from_wire(wire: Any) -> ProxyMessage:
-    if isinstance(wire, (list, tuple)) and wire and wire[0] == "rel":
+    kind = wire[0] if isinstance(wire, (list, tuple)) and wire else None
+    if kind == "rel":
         return ReleaseMessage.from_wire(wire)
+    if kind == "abort":
+        return AbortMessage.from_wire(wire)
     return RequestMessage.from_wire(wire)
 
 

@@ -61,6 +61,7 @@ class NodeRole:
             check_each_step=check_each_step,
         )
         self.requests_rejected = 0
+        self.requests_aborted = 0  # aborts of requests this node's engine had (clients that went away)
 
     # -- events in ----------------------------------------------------------------
     def on_requests(self, messages: list[RequestMessage]) -> None:
@@ -75,7 +76,11 @@ class NodeRole:
             self._emit(rejected)
 
     def abort(self, request_ids: list[str]) -> None:
-        self.loop.abort(request_ids)
+        known = set(self.core.request_ids())
+        request_ids = [r for r in request_ids if r in known]  # finished meanwhile, or never delivered
+        if request_ids:
+            self.requests_aborted += len(request_ids)
+            self.loop.abort(request_ids)
 
     def kill(self) -> None:
         """The node's process is gone: nothing it does is seen any more."""
@@ -123,6 +128,7 @@ class NodeRole:
         c = self.core.counters()
         c.update(self.extra_counters())
         c["requests_rejected"] = self.requests_rejected
+        c["requests_aborted"] = self.requests_aborted
         c["stage_token_mismatches"] = self.loop.stage_token_mismatches
         return c
 

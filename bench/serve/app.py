@@ -1,7 +1,11 @@
 """The OpenAI-compatible HTTP front door of `disagg-sim serve`, on aiohttp.
 
+One implementation of the HTTP surface for both runtimes: it talks to a
+`streams.ServeDriver` — the paced in-process cluster (`driver.py`) or the
+Ray proxy's router, inside the proxy actor (`ray_front.py`).
+
 Why aiohttp: the front door has to stream (SSE), notice a client that goes
-away, and share one asyncio loop with the paced cluster (`driver.py`).
+away, and share one asyncio loop with the driver.
 aiohttp does all three in one well-kept package with no ASGI server next to
 it, and its handler cancellation turns a dropped connection into a
 `CancelledError` in the handler, which is where the request is aborted.
@@ -14,12 +18,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from .driver import PacedCluster, Stream
 from .protocol import ApiError, ServeRequest, parse_request, usage
+from .streams import ServeDriver, Stream
 from .tokenizer import SimTokenizer
 
 MAX_BODY_BYTES = 8 << 20
@@ -36,10 +40,10 @@ def _error(err: ApiError) -> web.Response:
 class ServeApp:
     def __init__(
         self,
-        driver: PacedCluster,
+        driver: ServeDriver,
         tokenizer: SimTokenizer,
         model_name: str,
-        render_metrics: Callable[[], bytes] | None = None,
+        render_metrics: Callable[[], Awaitable[bytes]] | None = None,
     ) -> None:
         self.driver = driver
         self.tok = tokenizer
@@ -121,7 +125,7 @@ class ServeApp:
         if self.render_metrics is None:
             return web.Response(status=404, text="metrics are off\n")
         self.driver.advance()
-        return web.Response(body=self.render_metrics(), content_type="text/plain", charset="utf-8")
+        return web.Response(body=await self.render_metrics(), content_type="text/plain", charset="utf-8")
 
     # -- generation ---------------------------------------------------------------------
     async def completions(self, request: web.Request) -> web.StreamResponse:

@@ -12,8 +12,19 @@ LOOPBACK = "127.0.0.1"
 
 
 def add_serve_parsers(sub, number, cmd_serve, cmd_tokenizer) -> None:
-    s = sub.add_parser("serve", help="serve the OpenAI API in front of a scenario's cluster (in-process, wall-paced)")
+    s = sub.add_parser(
+        "serve", help="serve the OpenAI API in front of a scenario's cluster (in-process wall-paced, or on Ray)"
+    )
     s.add_argument("scenario", nargs="?", default="serve", help="a scenario file or built-in name (default: serve)")
+    s.add_argument(
+        "--runtime",
+        choices=["inproc", "ray"],
+        help="inproc: one process, the virtual clock held to the wall clock; ray: node actors on a Ray cluster, "
+        "the proxy actor serves HTTP (default: the scenario's runtime)",
+    )
+    s.add_argument(
+        "--address", help="with --runtime ray: attach to a running Ray cluster (default: launch one on 127.0.0.1)"
+    )
     s.add_argument("--variant", help="which of the scenario's variants' cluster to serve (default: the first)")
     s.add_argument(
         "--host",
@@ -27,7 +38,8 @@ def add_serve_parsers(sub, number, cmd_serve, cmd_tokenizer) -> None:
         type=number("float", 0, 1e6, lo_open=True),
         default=1.0,
         metavar="X",
-        help="wall seconds per modelled second (default 1: real time; 2 = the modelled GPU at half speed)",
+        help="wall seconds per modelled second (default 1: real time; 2 = the modelled GPU at half speed); "
+        "on Ray it is the cluster's time_scale (step times only)",
     )
     s.add_argument(
         "--max-pending",
@@ -85,17 +97,59 @@ def serve_command(args) -> int:
     if any(group.engine.engine != "v1" for group in (spec.prefill, spec.decode) if group.count):
         raise InputError(f"{scenario.name}: engine v0; allowed: serve runs v1 nodes only")
     seed = scenario.file.seed if args.seed is None else args.seed
+    runtime = args.runtime or scenario.file.runtime
+    if args.address is not None and runtime != "ray":
+        raise InputError(
+            f"--address {args.address}: only the Ray runtime attaches to a cluster; allowed: --runtime ray"
+        )
+    where = f"{scenario.name}/{variant}"
+    if runtime == "ray":
+        return _serve_on_ray(args, spec, seed, where)
     app = build_app(spec, args.model_name, seed=seed, time_scale=args.time_scale, max_pending=args.max_pending)
 
     def ready(port: int) -> None:
-        print(
-            f"serving {scenario.name}/{variant} as model {args.model_name!r} on http://{args.host}:{port}/v1 "
-            f"(time scale {args.time_scale:g}: wall seconds per modelled second); Ctrl-C stops",
-            flush=True,
-        )
+        _say_ready(args, where, "in-process", port)
 
     try:
         asyncio.run(serve_forever(app, args.host, args.port, ready))
     except OSError as exc:
         raise InputError(f"--port {args.port}: cannot listen on {args.host}:{args.port} ({exc.strerror})") from None
     return 0
+
+
+def _say_ready(args, where: str, runtime: str, port: int) -> None:
+    print(
+        f"serving {where} as model {args.model_name!r} on http://{args.host}:{port}/v1 "
+        f"({runtime}; time scale {args.time_scale:g}: wall seconds per modelled second); Ctrl-C stops",
+        flush=True,
+    )
+
+
+def _serve_on_ray(args, spec, seed: int, where: str) -> int:
+    """The cluster as Ray actors, the front door in the proxy actor; until Ctrl-C (or SIGTERM)."""
+    import time
+
+    from cluster.ray.cluster import RayClusterHandle
+
+    from .ray_server import RayServer
+
+    with RayClusterHandle(address=args.address) as handle:
+        try:
+            server = RayServer(
+                spec,
+                handle,
+                args.model_name,
+                seed=seed,
+                time_scale=args.time_scale,
+                max_pending=args.max_pending,
+                host=args.host,
+                port=args.port,
+            )
+        except OSError as exc:  # raised in the proxy actor, where the front door binds
+            raise InputError(f"--port {args.port}: cannot listen on {args.host}:{args.port} ({exc})") from None
+        try:
+            _say_ready(args, where, "Ray, " + handle.describe(), server.port)
+            while True:
+                time.sleep(3600)
+        finally:
+            server.close()

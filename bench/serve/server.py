@@ -53,7 +53,7 @@ def build_app(
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_MergedNodes(observer))  # type: ignore[arg-type]
 
-    def render() -> bytes:
+    async def render() -> bytes:
         for name, node in driver.cluster.nodes.items():
             obs = observer.nodes[name]
             if node.alive:
@@ -104,6 +104,10 @@ class ServerThread:
             return fn()
 
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout=30)
+
+    def query(self, name: str, *args: Any) -> Any:
+        """`ServeDriver.query` on the server's loop (as `RayServer.query` asks the proxy actor)."""
+        return asyncio.run_coroutine_threadsafe(self.serve_app.driver.query(name, *args), self.loop).result(timeout=30)
 
     def close(self) -> None:
         if self._runner is not None:

@@ -99,6 +99,9 @@ class InProcCluster(FaultsMixin):
         self.rerouted: dict[str, int] = {}  # request id -> times re-routed to a live decode node
         self.events_rejected = 0  # node events about requests not routed to that node
         self.requests_aborted = 0  # requests whose client went away (`abort`)
+        # Serving (`bench/serve/driver.py`): ids of requests whose record changed
+        # since the server last looked, so it wakes only their handlers. None: off.
+        self.touched: set[str] | None = None
         self._backlog: list[WorkloadRequest] = []
         self._in_flight = 0
         self.max_concurrency: int | None = None
@@ -192,6 +195,8 @@ class InProcCluster(FaultsMixin):
 
     def _proxy_receive(self, node: NodeRole, events: list[NodeEvent]) -> None:
         now = self.loop.now()
+        if self.touched is not None:  # once per batch, not per token
+            self.touched.update([ev.request_id for ev in events])
         decoding = node.role != "prefill"
         node_of = self._node_of
         for ev in events:
@@ -266,6 +271,8 @@ class InProcCluster(FaultsMixin):
             self.failures[request_id] = why or "error"
         rec.finish_time = self.loop.now()
         rec.finish_reason = reason
+        if self.touched is not None:
+            self.touched.add(request_id)
         self._log("finish", request_id, reason, len(rec.output_token_ids))
         if self.observer is not None:
             node = self._node_of.get(request_id)

@@ -83,6 +83,24 @@ class _NodeShell:
             report.observer_errors = list(self.observation.errors)
         return report
 
+    async def exposition_now(self) -> bytes | None:
+        """The /metrics text with this instant's gauges and counters (a serving
+        front door's scrape; `take_observation` shows them as of the last refresh)."""
+        if self.observation is None:
+            return None
+        self.observation.refresh()
+        return self.observation.take()[1]
+
+    async def engine_state(self) -> dict:
+        """While serving: the requests its scheduler knows, what an idle node
+        must not hold (`NodeCore.end_of_run_errors`) and its counters."""
+        node = self.host.node
+        return {
+            "requests": len(node.core.request_ids()),
+            "errors": node.core.end_of_run_errors(),
+            "counters": node.counters(),
+        }
+
     async def wait_stopped(self) -> None:
         """Never returns while the node lives: the proxy's liveness watch."""
         await self._stopped.wait()

@@ -10,7 +10,10 @@ run secret, a connection must pass the challenge (`cluster/wall/auth.py`)
 under the name it then says hello with; a node already connected is never
 replaced by a second connection. `ProxyActor` is its Ray shell: it adds a Ray liveness
 watch per node (for a node that dies before it connects) and streams the
-client events to the driver as a Ray streaming generator.
+client events to the driver as a Ray streaming generator — or, serving
+(`serve_front`), hands them to a front door built inside this actor (the
+OpenAI HTTP server of `disagg-sim serve`, given as a factory: `cluster` does
+not import `bench`), which submits and aborts on `server` directly.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from cluster.ray.env import ray
 from cluster.wall.auth import AuthError, challenge
@@ -64,6 +68,9 @@ class ProxyServer:
 
     def submit(self, items: list[Submission]) -> None:
         self.router.submit(items)
+
+    def abort(self, request_id: str) -> bool:
+        return self.router.abort(request_id)
 
     def node_gone(self, name: str) -> None:
         if not self.closing:
@@ -120,6 +127,21 @@ class ProxyServer:
             await conn.close()
 
 
+class FrontDoor(Protocol):
+    """What a front door built in the proxy actor offers (bench's `RayFront`)."""
+
+    port: int
+
+    async def query(self, name: str, *args: Any) -> Any: ...
+
+    async def close(self) -> None: ...
+
+
+# (the proxy actor, *arguments; `RayServing` passes the node actors by name first) -> a
+# started front door, which sets the actor's `on_events` to take the client events.
+FrontFactory = Callable[..., Awaitable[FrontDoor]]
+
+
 @ray.remote(num_cpus=0)
 class ProxyActor:
     def __init__(self) -> None:
@@ -128,6 +150,9 @@ class ProxyActor:
         self._published = asyncio.Event()
         self._closed = False
         self._watches: list[asyncio.Future] = []
+        # Serving: client events go here instead of the driver's stream.
+        self.on_events: Callable[[list[ClientEvent]], None] | None = None
+        self.front: FrontDoor | None = None
 
     async def ready(self) -> dict:
         return {"name": "proxy", "ray_node_id": ray.get_runtime_context().get_node_id()}
@@ -156,7 +181,9 @@ class ProxyActor:
             self.server.node_gone(name)
 
     def _publish(self, events: list[ClientEvent]) -> None:
-        if events:
+        if events and self.on_events is not None:
+            self.on_events(events)
+        elif events:
             self._events.extend(events)
             self._published.set()
 
@@ -175,6 +202,26 @@ class ProxyActor:
                 yield batch
             if self._closed and not self._events:
                 return
+
+    # -- serving -------------------------------------------------------------------
+    async def serve_front(self, factory: FrontFactory, *args: Any) -> int:
+        """Build the front door here (after `begin`); returns the port it listens on."""
+        if self.server is None:
+            raise RuntimeError("serve_front: call begin first")
+        self.front = await factory(self, *args)
+        return self.front.port
+
+    async def front_query(self, name: str, *args: Any) -> Any:
+        """A question for the front door (its state, for tests and the CLI)."""
+        if self.front is None:
+            raise RuntimeError("front_query: no front door is serving")
+        return await self.front.query(name, *args)
+
+    async def stop_front(self) -> None:
+        front, self.front = self.front, None
+        if front is not None:
+            await front.close()
+        self.on_events = None
 
     async def close_stream(self) -> dict:
         self._closed = True

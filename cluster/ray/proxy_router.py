@@ -13,6 +13,12 @@ live decode node, computed there from scratch (their prompt plus the tokens
 the client already has), and the prefill node that holds their blocks is
 told to release them; with no decode node left they fail.
 
+A client that goes away (`abort`, the OpenAI front door): the request
+finishes "abort" at once, the node that has it is told to abort it in its
+engine (`AbortMessage`, on the same ordered link as its request), and a
+prefill node holding its prompt is told to release it — also when the
+prompt finishes after the abort (its output finds the request gone).
+
 Client events (`cluster.client_events`), times in run seconds stamped here.
 """
 
@@ -26,9 +32,11 @@ from cluster.wall.clock import RunClock
 from cluster.wall.delay_line import DelayedMailbox
 from connector.link import Link
 from node.messages import (
+    AbortMessage,
     KVEvent,
     MessageError,
     NodeEvent,
+    OutputEvent,
     ProxyMessage,
     ReleaseMessage,
     RequestMessage,
@@ -60,6 +68,9 @@ class _Req:
     prefill_node: str = ""  # holds the prompt's blocks until the decode node pulls them
     delivered: int = 0  # tokens streamed to the client
     prompt_segments: tuple[tuple[int, int], ...] = ()
+    ignore_eos: bool | None = None  # None: the cluster's sampler setting
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()
 
 
 _GONE = _Req("", 0, 0, 0, 0.0)
@@ -94,6 +105,7 @@ class ProxyRouter:
         self.failures: dict[str, str] = {}  # request id -> why it finished with "error"
         self.rerouted: dict[str, int] = {}
         self.events_rejected = 0
+        self.requests_aborted = 0
         self._routers: dict[str, Router | None] = {}
         # Prefix-aware routing's memory per role (kept when routers are rebuilt).
         self._prefix_index: dict[str, PrefixIndex[str]] = {"prefill": PrefixIndex(), "decode": PrefixIndex()}
@@ -133,6 +145,7 @@ class ProxyRouter:
                 raise ValueError(f"duplicate request id {item.request_id!r}")
             req = _Req(item.request_id, item.prompt_len, item.output_len, item.priority, now)
             req.prompt_segments = tuple(item.prompt_segments)
+            req.ignore_eos, req.min_tokens, req.stop_token_ids = item.ignore_eos, item.min_tokens, item.stop_token_ids
             self.requests[item.request_id] = req
             events.append(Arrived(item.request_id, now))
         self.publish(events)
@@ -159,9 +172,11 @@ class ProxyRouter:
             req.arrival,
             req.priority,
             params,
-            self.spec.sampler.ignore_eos,
+            self.spec.sampler.ignore_eos if req.ignore_eos is None else req.ignore_eos,
             # A re-routed request's prompt grew by what was streamed: content of its own.
             list(req.prompt_segments) if req.prompt_segments and not prompt_extra else None,
+            max(0, req.min_tokens - prompt_extra),
+            list(req.stop_token_ids) or None,
         )
         self._to_node[node].put(message, REQUEST_BYTES)
 
@@ -173,7 +188,7 @@ class ProxyRouter:
         live = [
             m
             for m in messages
-            if isinstance(m, ReleaseMessage) or (self.requests.get(m.request_id) or _GONE).node == node
+            if not isinstance(m, RequestMessage) or (self.requests.get(m.request_id) or _GONE).node == node
         ]
         if live:
             self.send(node, live)
@@ -204,6 +219,15 @@ class ProxyRouter:
             for ev in events:
                 req = self.requests.get(ev.request_id)
                 if req is None or req.done:
+                    if (
+                        is_prefill
+                        and type(ev) is OutputEvent
+                        and ev.kv_transfer_params
+                        and ev.finish_reason == "length"
+                    ):
+                        # A prompt finished for a request that ended meanwhile
+                        # (its client went away): the prefill node need not hold it.
+                        self._to_node[node].put(ReleaseMessage([ev.request_id]), REQUEST_BYTES)
                     continue
                 if req.node != node:
                     # Not routed there (any more): a dead decode node's last
@@ -258,6 +282,22 @@ class ProxyRouter:
         if req.counted:
             req.counted = False
             self.outstanding[req.node] -= 1
+
+    # -- clients that go away ------------------------------------------------------
+    def abort(self, request_id: str) -> bool:
+        """The client went away: the request finishes "abort" now (published
+        like any finish); the node that has it aborts it in its engine, a
+        prefill node holding its prompt releases it. False if it is not in
+        flight (finished already, or unknown)."""
+        req = self.requests.get(request_id)
+        if req is None or req.done:
+            return False
+        self.requests_aborted += 1
+        if req.node and req.node not in self.dead:
+            self._to_node[req.node].put(AbortMessage([request_id]), REQUEST_BYTES)
+        self._release_at_prefill(req)
+        self._finish(req, "abort")
+        return True
 
     def node_died(self, node: str) -> None:
         if node in self.dead:

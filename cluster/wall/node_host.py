@@ -90,7 +90,7 @@ class WallNodeHost:
         ticket_key = derive_key(secret, f"tickets/{spec.name}") if secret is not None else secrets.token_bytes(32)
         node_settings = replace(settings.node, ticket_key=ticket_key)
         on_release = self._on_release if role == "prefill" else None
-        self.channel = ProxyChannel(spec.name, self._on_requests, on_release, settings.secret)
+        self.channel = ProxyChannel(spec.name, self._on_requests, on_release, settings.secret, self._on_abort)
         ports = NodePorts(self.clock, self.executor, self.channel.emit)
         security = settings.kv_security()
         self.server: KVHandoffServer | None = None
@@ -134,6 +134,9 @@ class WallNodeHost:
     def _on_release(self, request_ids: list[str]) -> None:
         if isinstance(self.node, PrefillNode):
             self.node.release(request_ids)
+
+    def _on_abort(self, request_ids: list[str]) -> None:
+        self.node.abort(request_ids)
 
     def busy(self) -> bool:
         return self.node.busy()

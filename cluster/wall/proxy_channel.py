@@ -4,7 +4,7 @@ in order; when the node's process dies the proxy sees the connection close.
 
     (with a run secret: the proxy's challenge and the node's answer first, `auth.py`)
     node -> proxy: ["hello", node_name] first, then ["ev", [event wire, ...]]
-    proxy -> node: ["req", [RequestMessage or ReleaseMessage wire, ...]]
+    proxy -> node: ["req", [RequestMessage, ReleaseMessage or AbortMessage wire, ...]]
 
 `emit` is the node's outbox port: the events of one event-loop pass go out
 as one frame, so steps that finish together cost one message, in order.
@@ -16,7 +16,15 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from node.messages import MessageError, NodeEvent, ReleaseMessage, RequestMessage, proxy_message_from_wire, short
+from node.messages import (
+    AbortMessage,
+    MessageError,
+    NodeEvent,
+    ReleaseMessage,
+    RequestMessage,
+    proxy_message_from_wire,
+    short,
+)
 
 from .auth import answer
 from .frames import FrameConnection, FrameError
@@ -31,10 +39,12 @@ class ProxyChannel:
         on_requests: Callable[[list[RequestMessage]], None],
         on_release: Callable[[list[str]], None] | None = None,
         secret: bytes | None = None,
+        on_abort: Callable[[list[str]], None] | None = None,
     ) -> None:
         self.node_name = node_name
         self.on_requests = on_requests
         self.on_release = on_release
+        self.on_abort = on_abort
         self._secret = secret
         self.conn: FrameConnection | None = None
         self._reader: asyncio.Task | None = None
@@ -75,6 +85,10 @@ class ProxyChannel:
         released = [rid for m in messages if isinstance(m, ReleaseMessage) for rid in m.request_ids]
         if released and self.on_release is not None:
             self.on_release(released)
+        # After the requests of the same frame: an abort never overtakes its request.
+        aborted = [rid for m in messages if isinstance(m, AbortMessage) for rid in m.request_ids]
+        if aborted and self.on_abort is not None:
+            self.on_abort(aborted)
 
     # -- the outbox port -----------------------------------------------------------
     def emit(self, events: list[NodeEvent]) -> None:

@@ -1,5 +1,5 @@
-"""One loopback Ray cluster for the whole session (starting one costs
-seconds; docs/platform.md, "Start-up and actor costs"), and small helpers for building runs.
+"""Small helpers for building runs. The session's one loopback Ray cluster,
+`ray_cluster`, is in `tests/conftest.py` (shared with `tests/serve/`).
 
 Every test here is marked `ray` and bounded by pytest-timeout; every run
 inside a test is bounded by `run_ray(timeout_s=...)` as well, so a stuck run
@@ -8,20 +8,8 @@ fails its test instead of hanging the session.
 
 from __future__ import annotations
 
-import pytest
-
-from cluster.ray.cluster import RayClusterHandle
 from cluster.spec import ClusterSpec
 from engine.records import WorkloadRequest
-
-
-@pytest.fixture(scope="session")
-def ray_cluster():
-    handle = RayClusterHandle()
-    with handle:
-        yield handle
-    # The session's own shutdown must leave nothing behind either.
-    assert handle.leftover_pids == set(), f"Ray processes left behind: {handle.leftover_pids}"
 
 
 def make_spec(**overrides) -> ClusterSpec:

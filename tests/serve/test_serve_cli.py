@@ -23,6 +23,7 @@ from node.messages import MessageError, RequestMessage
         (["serve", "--variant", "nope"], "--variant nope: not in serve; allowed: default"),
         (["serve", "no-such-scenario"], "no-such-scenario"),
         (["serve", "v0-starvation"], "allowed: serve runs v1 nodes only"),
+        (["serve", "--address", "127.0.0.1:1"], "--address 127.0.0.1:1: only the Ray runtime attaches"),
     ],
 )
 def test_bad_serve_input_is_one_line(argv, words, capsys):
@@ -31,17 +32,24 @@ def test_bad_serve_input_is_one_line(argv, words, capsys):
     assert err.count("\n") == 1 and err.startswith("error: ") and words in err
 
 
-def test_serve_process_answers_on_loopback():
+@pytest.mark.parametrize("runtime", ["inproc", pytest.param("ray", marks=pytest.mark.ray)])
+def test_serve_process_answers_on_loopback(runtime, request):
+    argv = [sys.executable, "-m", "bench.cli", "serve", "--port", "0", "--model-name", "cli-sim"]
+    if runtime == "ray":
+        # Attached to the session's loopback cluster (one Ray cluster per machine is enough).
+        request.getfixturevalue("ray_cluster")
+        from cluster.ray.env import ray
+
+        argv += ["--runtime", "ray", "--address", ray.get_runtime_context().gcs_address]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.cli", "serve", "--port", "0", "--model-name", "cli-sim"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1")
     )
     try:
         line = proc.stdout.readline() if proc.stdout else ""
-        assert line.startswith("serving serve/default as model 'cli-sim' on http://127.0.0.1:"), line
+        assert line.startswith("serving serve/default as model 'cli-sim' on http://127.0.0.1:"), line + (
+            proc.stderr.read() if proc.poll() is not None and proc.stderr else ""
+        )
+        assert ("(Ray, " in line) == (runtime == "ray")
         url = line.split(" on ", 1)[1].split()[0]
         with urllib.request.urlopen(url + "/models", timeout=30) as resp:
             assert [m["id"] for m in json.load(resp)["data"]] == ["cli-sim"]

@@ -1,7 +1,9 @@
 """`disagg-sim serve` driven by the `openai` Python SDK (a client no one here
 wrote) and by raw HTTP where the SDK hides the wire (SSE framing, a client
 that goes away). Outcomes are exact: token counts, texts (the words of the
-engine's token ids), finish reasons, error types and statuses."""
+engine's token ids), finish reasons, error types and statuses. Every test
+runs on both runtimes (`server` is parametrized: in-process, and Ray with
+the front door in the proxy actor)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 from bench.serve.tokenizer import get_tokenizer, render_chat
 from engine.sampler import DeterministicSampler
 
-from .conftest import MODEL, serve_spec, start_server
+from .conftest import MODEL, serve_spec, wait_idle
 
 openai = pytest.importorskip("openai")
 TOK = get_tokenizer()
@@ -26,7 +28,7 @@ def client(srv) -> openai.OpenAI:
 
 
 def last_record(srv):
-    return srv.call(lambda: srv.serve_app.driver.finished[-1])
+    return srv.query("last_finished")
 
 
 def test_completion_text_is_the_engine_tokens(server):
@@ -102,7 +104,7 @@ def test_sse_wire_ends_with_done(server):
 
 def test_stop_token_ids_and_min_tokens(server):
     c = client(server)
-    n = server.call(lambda: server.serve_app.driver.num_submitted)
+    n = server.query("counts")["num_submitted"]
     sampler = DeterministicSampler(0)
     third = sampler.token_at(f"cmpl-{n:08d}", 1 + 2)  # prompt of one token; the third output
     r = c.completions.create(model=MODEL, prompt="x", max_tokens=20, extra_body={"stop_token_ids": [third]})
@@ -152,70 +154,88 @@ def test_models_health_metrics(server):
     assert "vllm:time_to_first_token_seconds_bucket" in text
 
 
-def _wait_idle(srv, deadline_s: float = 60.0) -> list[str]:
-    """Polls until the cluster is idle (no outcome depends on how long it takes)."""
-    driver = srv.serve_app.driver
-    end = time.monotonic() + deadline_s
-    while True:
-        errors = srv.call(lambda: (driver.advance(), driver.idle_errors())[1])
-        busy = srv.call(driver.requests_in_engines)
-        if (not errors and not busy) or time.monotonic() > end:
-            return errors + ([f"{busy} request(s) still in the engines"] if busy else [])
-        time.sleep(0.05)
+def test_client_disconnect_mid_stream_aborts_the_request(server):
+    before = server.query("counts")
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    body = json.dumps({"model": MODEL, "prompt": "a b c", "max_tokens": 3000, "stream": True})
+    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    seen = b""
+    while seen.count(b"\n\n") < 3:  # three tokens in: the request is decoding
+        seen += resp.read1(4096)
+    conn.sock.close()  # the client goes away
+    conn.close()
+    assert wait_idle(server) == []  # no request in any scheduler, every block pool fully free
+    after = server.query("counts")
+    assert after["requests_aborted"] - before["requests_aborted"] == 1  # by the proxy
+    assert after["client_aborts"] - before["client_aborts"] == 1  # by the front door
+    assert after["in_flight"] == 0
+    rec = last_record(server)
+    assert rec.finish_reason == "abort" and 3 <= len(rec.output_token_ids) < 3000
+    # The decode node's engine aborted it (the abort reached the node that had it).
+    decode = server.query("engine_state")["decode-0"]["counters"]
+    assert decode["requests_aborted"] >= 1
 
 
-def test_client_disconnect_mid_stream_aborts_the_request():
-    with start_server() as srv:
-        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
-        body = json.dumps({"model": MODEL, "prompt": "a b c", "max_tokens": 3000, "stream": True})
-        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        assert resp.status == 200
-        seen = b""
-        while seen.count(b"\n\n") < 3:  # three tokens in: the request is decoding
-            seen += resp.read1(4096)
-        conn.sock.close()  # the client goes away
-        conn.close()
-        assert _wait_idle(srv) == []
-        driver = srv.serve_app.driver
-        assert srv.call(lambda: driver.cluster.requests_aborted) == 1
-        assert srv.serve_app.aborted == 1
-        rec = srv.call(lambda: driver.finished[-1])
-        assert rec.finish_reason == "abort" and 3 <= len(rec.output_token_ids) < 3000
-        assert srv.call(lambda: driver.in_flight) == 0
+def test_client_leaving_during_the_prefill_frees_the_prompt_without_a_hold_timeout(server):
+    before = server.query("counts")
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    prompt = list(range(5, 3005))  # 3,000 tokens: the prefill node works on it a while
+    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": 50})  # not streamed
+    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    conn.sock.close()  # the client goes away without waiting for anything
+    conn.close()
+    deadline = time.monotonic() + 60
+    while server.query("counts")["client_aborts"] == before["client_aborts"] and time.monotonic() < deadline:
+        time.sleep(0.02)  # until the server noticed (no outcome depends on how long it takes)
+    assert wait_idle(server) == []
+    after = server.query("counts")
+    assert after["client_aborts"] - before["client_aborts"] == 1
+    assert after["requests_aborted"] - before["requests_aborted"] == 1
+    rec = last_record(server)
+    assert (rec.prompt_len, rec.finish_reason) == (3000, "abort")
+    state = server.query("engine_state")
+    # Wherever the abort found it (prefilling, or its prompt held for a pull),
+    # the prompt's blocks were freed by the abort or a release, not by the hold timeout.
+    assert state["prefill-0"]["counters"]["kv_hold_timeouts"] == 0
 
 
-def test_full_queue_answers_429():
-    with start_server(max_pending=1) as srv:
-        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+def test_full_queue_answers_429(server):
+    server.query("set_max_pending", 1)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
         body = json.dumps({"model": MODEL, "prompt": "a", "max_tokens": 3000, "stream": True})
         conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
         resp = conn.getresponse()
         resp.read1(16)  # the first request is in flight
+        before = server.query("counts")["rejected_full"]
         with pytest.raises(openai.RateLimitError, match="limit"):
-            client(srv).completions.create(model=MODEL, prompt="b", max_tokens=2)
+            client(server).completions.create(model=MODEL, prompt="b", max_tokens=2)
         conn.close()
-        assert srv.call(lambda: srv.serve_app.driver.rejected_full) == 1
+        assert server.query("counts")["rejected_full"] == before + 1
+    finally:
+        server.query("set_max_pending", 512)
+    assert wait_idle(server) == []
 
 
-def test_ignore_eos():
+def test_ignore_eos(start):
     spec = serve_spec(sampler={"stop_probability": 0.2})
-    with start_server(spec) as srv:
-        c = client(srv)
-        sampler = DeterministicSampler(0, stop_probability=0.2)
-        eos_at = next(i for i in range(200) if sampler.token_at("cmpl-00000000", 1 + i) == sampler.eos_token_id)
-        r = c.completions.create(model=MODEL, prompt="x", max_tokens=200)
-        assert (r.choices[0].finish_reason, r.usage.completion_tokens) == ("stop", eos_at + 1)
-        r = c.completions.create(model=MODEL, prompt="x", max_tokens=200, extra_body={"ignore_eos": True})
-        assert (r.choices[0].finish_reason, r.usage.completion_tokens) == ("length", 200)
+    c = client(start(spec))
+    sampler = DeterministicSampler(0, stop_probability=0.2)
+    eos_at = next(i for i in range(200) if sampler.token_at("cmpl-00000000", 1 + i) == sampler.eos_token_id)
+    r = c.completions.create(model=MODEL, prompt="x", max_tokens=200)
+    assert (r.choices[0].finish_reason, r.usage.completion_tokens) == ("stop", eos_at + 1)
+    r = c.completions.create(model=MODEL, prompt="x", max_tokens=200, extra_body={"ignore_eos": True})
+    assert (r.choices[0].finish_reason, r.usage.completion_tokens) == ("length", 200)
 
 
-def test_metrics_count_tokens_reasons_and_kv_transfers():
-    with start_server() as srv:
-        client(srv).completions.create(model=MODEL, prompt="a b c", max_tokens=12)
-        assert _wait_idle(srv) == []
-        with urllib.request.urlopen(srv.base_url + "/metrics", timeout=30) as resp:
-            lines = resp.read().decode().splitlines()
+def test_metrics_count_tokens_reasons_and_kv_transfers(start):
+    srv = start()
+    client(srv).completions.create(model=MODEL, prompt="a b c", max_tokens=12)
+    assert wait_idle(srv) == []
+    with urllib.request.urlopen(srv.base_url + "/metrics", timeout=30) as resp:
+        lines = resp.read().decode().splitlines()
     labels = 'engine="decode-0",model_name="sim-test"'
     want = {
         f"vllm:prompt_tokens_total{{{labels}}} 3.0",

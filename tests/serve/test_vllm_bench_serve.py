@@ -3,7 +3,9 @@ serve`: a random-dataset benchmark with `--tokenizer` set to the exported
 directory completes every request, agrees with the server on every token
 count, and sees the TTFT and TPOT the simulator recorded for the same
 requests, within the margin docs/serve.md gives (client-side overhead:
-HTTP, JSON, the driver waking to the wall clock)."""
+HTTP, JSON, the driver waking to the wall clock). On both runtimes: on Ray
+the records are the proxy's (it stamps tokens as it hears them from the
+decode node), and the server is the front door in the proxy actor."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 
 from bench.serve.tokenizer import get_tokenizer
 
-from .conftest import MODEL, start_server
+from .conftest import MODEL
 from .oracle import launch
 
 ORACLE_TOOLS_DIR, oracle_env, oracle_missing_reason, oracle_python = (
@@ -44,25 +46,25 @@ def sim_latencies(records) -> tuple[float, float]:
     return sum(ttfts) / len(ttfts), sum(tpots) / len(tpots)
 
 
-def test_vllm_bench_serve_random_dataset(tmp_path):
+def test_vllm_bench_serve_random_dataset(tmp_path, server):
     reason = oracle_missing_reason("v1")
     if reason:
         pytest.skip(f"vllm bench serve comes from the vLLM 0.33.0 oracle venv: {reason}")
     tok_dir = get_tokenizer().export(tmp_path / "tokenizer")
-    with start_server() as srv:
-        args = [
-            str(oracle_python("v1")),
-            str(ORACLE_TOOLS_DIR / "bench_serve.py"),
-            "--backend", "openai", "--base-url", srv.base_url, "--model", MODEL, "--tokenizer", str(tok_dir),
-            "--dataset-name", "random", "--random-input-len", str(INPUT_LEN), "--random-output-len", str(OUTPUT_LEN),
-            "--num-prompts", str(NUM_PROMPTS), "--request-rate", "8", "--seed", "0", "--ignore-eos",
-            "--save-result", "--result-dir", str(tmp_path), "--result-filename", "bench.json",
-        ]  # fmt: skip
-        out = subprocess.run(args, capture_output=True, text=True, env=oracle_env("v1"), timeout=600)
-        sys.stdout.write(out.stdout[-3000:])
-        assert out.returncode == 0, out.stderr[-3000:]
-        assert "tokenizer mismatch" not in out.stdout  # /tokenize agreed with the exported tokenizer
-        records = srv.call(lambda: sorted(srv.serve_app.driver.finished, key=lambda r: r.arrival_time))
+    srv = server  # this module's only test: its records are exactly the benchmark's
+    args = [
+        str(oracle_python("v1")),
+        str(ORACLE_TOOLS_DIR / "bench_serve.py"),
+        "--backend", "openai", "--base-url", srv.base_url, "--model", MODEL, "--tokenizer", str(tok_dir),
+        "--dataset-name", "random", "--random-input-len", str(INPUT_LEN), "--random-output-len", str(OUTPUT_LEN),
+        "--num-prompts", str(NUM_PROMPTS), "--request-rate", "8", "--seed", "0", "--ignore-eos",
+        "--save-result", "--result-dir", str(tmp_path), "--result-filename", "bench.json",
+    ]  # fmt: skip
+    out = subprocess.run(args, capture_output=True, text=True, env=oracle_env("v1"), timeout=600)
+    sys.stdout.write(out.stdout[-3000:])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "tokenizer mismatch" not in out.stdout  # /tokenize agreed with the exported tokenizer
+    records = sorted(srv.query("finished"), key=lambda r: r.arrival_time)
     result = json.loads((tmp_path / "bench.json").read_text())
     assert result["completed"] == NUM_PROMPTS and result["failed"] == 0
     assert result["total_input_tokens"] == NUM_PROMPTS * INPUT_LEN

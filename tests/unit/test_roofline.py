@@ -104,10 +104,16 @@ def test_moe_reads_only_touched_experts():
 def test_num_gpu_blocks_as_vllm_sizes_the_cache():
     m = get_cost_model("llama-3.1-8b-h100")
     weights = 8_030_261_248 * 2
-    act = 8192 * (2 * 14336 + 4 * 4096) * 2
-    logits = 256 * 128256 * 4
-    available = 80e9 * 0.9 - weights - act - logits - 2**30
+    forward = 8192 * (3 * 14336 + 7 * 4096) * 2  # larger than the sampler's 256 x 128256 x 16 B
+    non_torch, cudagraphs = 0.25 * 2**30, 1.0 * 2**30
+    available = 84.94e9 * 0.9 - weights - forward - non_torch - cudagraphs
     assert m.num_gpu_blocks(0.9, 16, 8192, 256) == int(available // (16 * 131072))
+    # 1,024 rows (vllm serve's H100 default): the sampler's peak is the larger; older vLLM: no graph estimate.
+    sampler = 1024 * 128256 * 16
+    available = 84.94e9 * 0.9 - weights - sampler - non_torch
+    assert m.num_gpu_blocks(0.9, 16, 8192, 1024, cudagraph_GiB=0) == int(available // (16 * 131072))
+    with pytest.raises(ValueError, match="cudagraph_GiB=-1 is invalid"):
+        m.num_gpu_blocks(cudagraph_GiB=-1)
     # TP 8 shards the 8 KV heads: one per GPU, an eighth of the bytes per block.
     assert get_cost_model("llama-3.1-70b-8xh100").kv_bytes_per_token_per_gpu() == 2 * 80 * 1 * 128 * 2
     with pytest.raises(ValueError, match="no memory left for KV blocks"):

@@ -1,0 +1,197 @@
+"""The OpenAI front door on the Ray runtime, inside the proxy actor.
+
+`start_ray_front` runs in the `ProxyActor` (`cluster/ray/proxy.py`,
+`serve_front`): it builds the same `ServeApp` as the in-process server over
+a `RouterDriver`, which submits to and aborts in the proxy's router
+(`cluster/ray/proxy_router.py`) directly, in the actor's event loop, and
+keeps each request's `RequestRecord` from the router's client events (times
+in run seconds, stamped by the proxy as it hears them, as in `run_ray`).
+
+- A client that goes away: `ProxyRouter.abort` finishes the request "abort",
+  sends an `AbortMessage` to the node that has it (its engine aborts it and
+  frees its blocks; the node counts it, `requests_aborted`) and releases a
+  prompt a prefill node holds for it.
+- /metrics: every node actor keeps its exporter (vLLM's names,
+  `bench/observe.py`); a scrape asks each for its exposition and renders
+  them as one (a family appears once). Finished records go to the exporter
+  of the node that served them, for the latency histograms (as `run_ray`'s
+  driver does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+from cluster.client_events import Arrived, ClientEvent, Finished, Scheduled, Submission, Tokens
+from engine.records import RequestRecord, WorkloadRequest
+from node.messages import KVEvent
+
+from ..observe import start_node_observer
+from .app import ServeApp
+from .server import start_site
+from .streams import ServeDriver
+from .tokenizer import get_tokenizer
+
+SCRAPE_TIMEOUT_S = 10.0
+
+
+def serve_observer_factory(model_name: str):
+    """The node actors' observer: an exporter, no stats lines."""
+    return functools.partial(start_node_observer, log_interval=None, model_name=model_name)
+
+
+class RouterDriver(ServeDriver):
+    runtime = "ray"
+
+    def __init__(self, server, nodes: dict[str, Any], max_model_len: int, max_pending: int) -> None:
+        super().__init__(max_model_len, max_pending)
+        self.server = server  # cluster.ray.proxy.ProxyServer
+        self.router = server.router
+        self.clock = self.router.clock
+        self.nodes = nodes  # name -> node actor handle
+        self.records: dict[str, RequestRecord] = {}
+        # The last latency update sent to each node: an actor runs one caller's
+        # calls in order, so when it is done every earlier one is (a long-lived
+        # server keeps no list of them).
+        self._last_update: dict[str, Any] = {}
+
+    # -- events from the router (in this actor's loop) ------------------------------------
+    def on_events(self, events: list[ClientEvent]) -> None:
+        records = self.records
+        finished: list[tuple[str, RequestRecord]] = []
+        for ev in events:
+            rec = records.get(ev.request_id)
+            if rec is None:
+                continue
+            if isinstance(ev, Tokens):
+                rec.output_token_ids.extend(ev.token_ids)
+                rec.token_times.extend([ev.time] * len(ev.token_ids))
+            elif isinstance(ev, Scheduled):
+                if rec.first_scheduled_time is None:
+                    rec.first_scheduled_time = ev.time
+            elif isinstance(ev, KVEvent):
+                if ev.phase == "start":
+                    rec.remote_kv_wait_start = ev.time
+                else:
+                    rec.remote_kv_wait_end = ev.time
+            elif isinstance(ev, Arrived):
+                rec.arrival_time = ev.time
+            elif isinstance(ev, Finished) and rec.finish_reason is None:
+                rec.finish_reason, rec.finish_time, rec.num_preemptions = ev.reason, ev.time, ev.num_preemptions
+                finished.append((ev.node, rec))
+        if finished:
+            self._observe(finished)
+        self._notify([ev.request_id for ev in events])
+
+    def _observe(self, finished: list[tuple[str, RequestRecord]]) -> None:
+        """Finished records to the node that served them (its latency histograms)."""
+        by_node: dict[str, list[RequestRecord]] = {}
+        for node, rec in finished:
+            if node in self.nodes and node not in self.router.dead:
+                by_node.setdefault(node, []).append(rec)
+        for node, records in by_node.items():
+            self._last_update[node] = self.nodes[node].observe_requests.remote(records)
+
+    # -- the cluster's side of a request -------------------------------------------------
+    def _submit(self, w: WorkloadRequest) -> RequestRecord:
+        rec = self.records[w.request_id] = RequestRecord(
+            w.request_id, self.clock.now(), w.prompt_len, w.output_len, w.priority
+        )
+        item = Submission(
+            w.request_id,
+            w.prompt_len,
+            w.output_len,
+            w.priority,
+            w.prompt_segments,
+            w.ignore_eos,
+            w.min_tokens,
+            w.stop_token_ids,
+        )
+        self.server.submit([item])
+        return rec
+
+    def _abort(self, request_id: str) -> None:
+        self.server.abort(request_id)
+
+    def _forget(self, request_id: str) -> None:
+        # A long-lived server keeps nothing of a request its client is done with.
+        self.records.pop(request_id, None)
+        self.router.failures.pop(request_id, None)
+        self.router.rerouted.pop(request_id, None)
+
+    def requests_aborted(self) -> int:
+        return self.router.requests_aborted
+
+    async def engine_state(self) -> dict[str, dict]:
+        names = [n for n in self.nodes if n not in self.router.dead]
+        states = await asyncio.wait_for(
+            asyncio.gather(*(self.nodes[n].engine_state.remote() for n in names)), SCRAPE_TIMEOUT_S
+        )
+        return dict(zip(names, states))
+
+    # -- /metrics ------------------------------------------------------------------------
+    async def render_metrics(self) -> bytes:
+        """Every live node's exposition, merged into one family per name."""
+        names = [n for n in self.nodes if n not in self.router.dead]
+        updates = [self._last_update.pop(n) for n in names if n in self._last_update]
+        if updates:  # every finished record observed first
+            await asyncio.wait_for(asyncio.gather(*updates, return_exceptions=True), SCRAPE_TIMEOUT_S)
+        taken = await asyncio.wait_for(
+            asyncio.gather(*(self.nodes[n].exposition_now.remote() for n in names), return_exceptions=True),
+            SCRAPE_TIMEOUT_S,
+        )
+        merged: dict[str, Metric] = {}
+        for got in taken:
+            if isinstance(got, BaseException) or got is None:
+                continue  # a node that died meanwhile
+            for fam in text_string_to_metric_families(got.decode()):
+                have = merged.get(fam.name)
+                if have is None:
+                    have = merged[fam.name] = Metric(fam.name, fam.documentation, fam.type, fam.unit)
+                have.samples.extend(fam.samples)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Families(list(merged.values())))  # type: ignore[arg-type]
+        return generate_latest(registry)
+
+
+class _Families:
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
+class RayFront:
+    """The started front door (`cluster.ray.proxy.FrontDoor`)."""
+
+    def __init__(self, app: ServeApp, runner: web.AppRunner, port: int) -> None:
+        self.app = app
+        self.runner = runner
+        self.port = port
+
+    async def query(self, name: str, *args: Any) -> Any:
+        if name == "client_aborts_seen_by_app":
+            return self.app.aborted
+        return await self.app.driver.query(name, *args)
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+
+
+async def start_ray_front(
+    proxy, nodes: dict[str, Any], host: str, port: int, model_name: str, max_pending: int, max_model_len: int
+) -> RayFront:
+    """In the proxy actor, after its `begin`: the HTTP server on `host`:`port` (0 = ephemeral)."""
+    driver = RouterDriver(proxy.server, nodes, max_model_len, max_pending)
+    proxy.on_events = driver.on_events
+    app = ServeApp(driver, get_tokenizer(), model_name, driver.render_metrics)
+    runner, bound = await start_site(app, host, port)
+    return RayFront(app, runner, bound)

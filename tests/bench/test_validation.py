@@ -1,0 +1,73 @@
+"""`disagg-sim validate-cost`: the published points load and quote their
+numbers, the command runs on a subset, and docs/validation.md is what the
+command wrote (rendered from the stored predictions, which a re-run of the
+subset reproduces exactly)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from bench.validation.cli import load_results
+from bench.validation.dataset import load_points
+from bench.validation.fit import load_fitted
+from bench.validation.report import render
+
+ROOT = Path(__file__).resolve().parents[2]
+# The two fastest points (about a second each): a closed loop of 4 and 1,000 tiny requests.
+FAST = ["gpustack-qwen3-8b-h100-sharegpt-c4", "gpustack-qwen3-14b-h100-random-128"]
+
+
+def test_the_dataset_has_enough_points_each_quoting_its_numbers():
+    points = load_points()
+    assert len(points) >= 15
+    for p in points:
+        assert p.source.url.startswith("https://github.com/") and "/blob/" in p.source.url
+        quote = p.source.quote
+        pub = p.published
+        for line in (
+            f"Mean TTFT (ms): {pub.mean_ttft_ms:.2f}",
+            f"Mean TPOT (ms): {pub.mean_tpot_ms:.2f}",
+            f"Output token throughput (tok/s): {pub.output_throughput:.2f}",
+            f"Benchmark duration (s): {pub.duration_s:.2f}",
+            f"Total input tokens: {pub.total_input_tokens}",
+            f"Total generated tokens: {pub.total_output_tokens}",
+        ):
+            assert line in quote, (p.id, line)
+
+
+def test_command_runs_on_a_subset_and_reproduces_the_stored_predictions(tmp_path, capsys):
+    out, res = tmp_path / "v.md", tmp_path / "r.json"
+    argv = ["validate-cost", "--out", str(out), "--results", str(res)]
+    for pid in FAST:
+        argv += ["--only", pid]
+    assert main(argv) == 0
+    fresh = json.loads(res.read_text())
+    assert sorted(fresh) == sorted(FAST)
+    stored = load_results()
+    for pid in FAST:
+        assert fresh[pid] == stored[pid], f"{pid}: results.json is stale; regenerate: disagg-sim validate-cost"
+    text = out.read_text()
+    assert all(f"[{pid}](" in text for pid in FAST)
+    assert "Median absolute error" in capsys.readouterr().out
+
+
+def test_docs_validation_is_the_commands_output():
+    doc = (ROOT / "docs" / "validation.md").read_text()
+    assert doc == render(load_points(), load_fitted(), load_results()), "regenerate: disagg-sim validate-cost"
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--only", "gpustack-qwen3-8b-h100-sharegpt"], "did you mean"),
+        (["--dataset", "no/such.yaml"], "no such file"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(capsys, argv, fragment):
+    assert main(["validate-cost", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0]
