@@ -153,6 +153,12 @@ class GPUSpec:
     # Per direction, to each peer: what a ring all-reduce's steps run at.
     interconnect_GBps: float
     source: str = ""
+    # Roofline efficiency factors measured for this GPU (engine/roofline.py's
+    # RooflineParams fields), used where a cost model does not give its own;
+    # the shipped ones are fitted on published runs (docs/validation.md).
+    # (field, value) pairs: a tuple keeps the spec hashable.
+    efficiency: tuple[tuple[str, float], ...] = ()
+    efficiency_source: str = ""
 
     def __post_init__(self) -> None:
         for name in ("bf16_tflops", "memory_bandwidth_GBps", "memory_GB", "interconnect_GBps"):
@@ -164,7 +170,11 @@ class GPUSpec:
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"gpu {name!r}: unknown field(s) {sorted(unknown)}; allowed: {sorted(known)}")
-        return cls(name=name, **data)
+        data = dict(data)
+        efficiency = data.pop("efficiency", {})
+        if not isinstance(efficiency, dict):
+            raise ValueError(f"gpu {name!r}: efficiency must be a mapping of roofline factors, got {efficiency!r}")
+        return cls(name=name, efficiency=tuple(sorted(efficiency.items())), **data)
 
 
 @cache

@@ -230,11 +230,17 @@ class RooflineCostModel:
         for key in ("model", "gpu"):
             if key not in data:
                 raise ValueError(f"cost model: {key} is missing; allowed: a shipped name or a mapping")
-        params = RooflineParams(**{k: data[k] for k in PARAM_NAMES if k in data})
+        gpu = get_gpu(data["gpu"])
+        # The GPU's measured factors first (gpus.json), then the cost model's own.
+        given = {**dict(gpu.efficiency), **{k: data[k] for k in PARAM_NAMES if k in data}}
+        unknown_factors = set(given) - set(PARAM_NAMES)
+        if unknown_factors:
+            raise ValueError(f"gpu {gpu.name!r}: unknown efficiency factor(s) {sorted(unknown_factors)}")
+        params = RooflineParams(**given)
         return cls(
             name=str(data.get("name", "custom")),
             model=get_model(data["model"]),
-            gpu=get_gpu(data["gpu"]),
+            gpu=gpu,
             tp=data.get("tp", 1),
             pp=data.get("pp", 1),
             params=params,

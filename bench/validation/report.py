@@ -103,8 +103,10 @@ def render(points: Sequence[Point], fitted: Mapping[str, RooflineParams], result
             lines.append(f"| {label} | {factors} | {len(group)} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "✗: above the goal. `fitted per GPU`: the factors of bench/validation/fitted.json; `defaults`: "
-        "engine/roofline.py's RooflineParams.",
+        "✗: above the goal. `fitted per GPU`: the factors of bench/validation/fitted.json, which the "
+        "shipped H100 and A100 specs carry (engine/data/gpus.json `efficiency`), so every preset and "
+        "cost model on those GPUs uses them; `defaults`: engine/roofline.py's RooflineParams, what a "
+        "GPU without measured factors (the L40S, a GPU of your own) gets.",
         "",
         "## Every point (fitted factors)",
         "",

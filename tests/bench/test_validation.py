@@ -71,3 +71,17 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, fragment):
     assert main(["validate-cost", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and fragment in err[0]
+
+
+def test_the_shipped_gpu_specs_carry_the_fitted_factors():
+    """What docs/validation.md validates is what a preset on these GPUs runs."""
+    from engine.cost_model import get_cost_model
+    from engine.model_shape import get_gpu
+
+    fitted = json.loads((ROOT / "bench/validation/fitted.json").read_text())["gpus"]
+    for gpu, factors in fitted.items():
+        shipped = dict(get_gpu(gpu).efficiency)
+        assert shipped == {k: factors[k] for k in shipped} and shipped, gpu
+    preset = get_cost_model("llama-3.1-8b-h100")
+    assert preset.params.compute_efficiency == fitted["h100-sxm"]["compute_efficiency"]
+    assert get_cost_model("llama-3.1-8b-l40s").params.compute_efficiency == 0.5  # no measured factors: defaults
