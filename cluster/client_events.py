@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from engine.records import RequestRecord
 from node.messages import KVEvent
 
 
@@ -52,3 +53,26 @@ class Finished(NamedTuple):
 
 
 ClientEvent = Arrived | Scheduled | KVEvent | Tokens | Finished
+
+
+def apply_to_record(rec: RequestRecord, ev: ClientEvent) -> bool:
+    """One client event (other than `Arrived`, which makes or dates the
+    record) written into its request's record, as the client sees it; True
+    when it finished the request. A finished record takes nothing more."""
+    if rec.finish_reason is not None:
+        return False
+    if isinstance(ev, Tokens):
+        rec.output_token_ids.extend(ev.token_ids)
+        rec.token_times.extend([ev.time] * len(ev.token_ids))
+    elif isinstance(ev, Scheduled):
+        if rec.first_scheduled_time is None:
+            rec.first_scheduled_time = ev.time
+    elif isinstance(ev, KVEvent):
+        if ev.phase == "start":
+            rec.remote_kv_wait_start = ev.time
+        else:
+            rec.remote_kv_wait_end = ev.time
+    elif isinstance(ev, Finished):
+        rec.finish_reason, rec.finish_time, rec.num_preemptions = ev.reason, ev.time, ev.num_preemptions
+        return True
+    return False

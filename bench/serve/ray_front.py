@@ -29,9 +29,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster.client_events import Arrived, ClientEvent, Finished, Scheduled, Submission, Tokens
+from cluster.client_events import Arrived, ClientEvent, Finished, Submission, apply_to_record
 from engine.records import RequestRecord, WorkloadRequest
-from node.messages import KVEvent
 
 from ..observe import start_node_observer
 from .app import ServeApp
@@ -70,21 +69,10 @@ class RouterDriver(ServeDriver):
             rec = records.get(ev.request_id)
             if rec is None:
                 continue
-            if isinstance(ev, Tokens):
-                rec.output_token_ids.extend(ev.token_ids)
-                rec.token_times.extend([ev.time] * len(ev.token_ids))
-            elif isinstance(ev, Scheduled):
-                if rec.first_scheduled_time is None:
-                    rec.first_scheduled_time = ev.time
-            elif isinstance(ev, KVEvent):
-                if ev.phase == "start":
-                    rec.remote_kv_wait_start = ev.time
-                else:
-                    rec.remote_kv_wait_end = ev.time
-            elif isinstance(ev, Arrived):
+            if isinstance(ev, Arrived):
                 rec.arrival_time = ev.time
-            elif isinstance(ev, Finished) and rec.finish_reason is None:
-                rec.finish_reason, rec.finish_time, rec.num_preemptions = ev.reason, ev.time, ev.num_preemptions
+            elif apply_to_record(rec, ev):
+                assert isinstance(ev, Finished)
                 finished.append((ev.node, rec))
         if finished:
             self._observe(finished)

@@ -18,9 +18,8 @@ from collections.abc import Callable
 
 from cluster.wall.clock import RunClock
 from engine.records import RequestRecord, WorkloadRequest
-from node.messages import KVEvent
 
-from ..client_events import Arrived, ClientEvent, Finished, Scheduled, Submission, Tokens
+from ..client_events import Arrived, ClientEvent, Finished, Submission, apply_to_record
 
 logger = logging.getLogger(__name__)
 
@@ -103,21 +102,8 @@ class LoadDriver:
                 records[ev.request_id] = RequestRecord(ev.request_id, ev.time, w.prompt_len, w.output_len, w.priority)
                 continue
             rec = records.get(ev.request_id)
-            if rec is None or rec.finish_reason is not None:
-                continue
-            if isinstance(ev, Tokens):
-                rec.output_token_ids.extend(ev.token_ids)
-                rec.token_times.extend([ev.time] * len(ev.token_ids))
-            elif isinstance(ev, Scheduled):
-                if rec.first_scheduled_time is None:
-                    rec.first_scheduled_time = ev.time
-            elif isinstance(ev, KVEvent):
-                if ev.phase == "start":
-                    rec.remote_kv_wait_start = ev.time
-                else:
-                    rec.remote_kv_wait_end = ev.time
-            elif isinstance(ev, Finished):
-                rec.finish_reason, rec.finish_time, rec.num_preemptions = ev.reason, ev.time, ev.num_preemptions
+            if rec is not None and apply_to_record(rec, ev):
+                assert isinstance(ev, Finished)
                 self.in_flight -= 1
                 self.finished += 1
                 finished.append((ev.node, rec))
