@@ -1,7 +1,29 @@
-"""Speed of the in-process runtime: simulated decode tokens and requests per
-wall-clock second, and peak memory, on a workload of >= 10,000 requests.
+"""Speed of the in-process runtime (issue 15): wall time, simulated decode
+tokens and requests per wall second, and peak memory, on two workloads:
 
-    .venv/bin/python -m benchmarks.inproc_speed [--requests 10000] [--record]
+- W1: 10,000 requests, ShareGPT-like prompt and output lengths, Poisson
+  arrivals at 10 requests/s, seed 0;
+- W2: 10,000 requests, 512-token prompts and 256-token outputs, Poisson
+  at 6 requests/s;
+
+each on one aggregated node (`prefill.count: 0`) and on 1 prefill + 1 decode
+node, `max_num_seqs` 128, `max_num_batched_tokens` 4096, 7,424 blocks of 16
+tokens, the `synthetic-8b` cost model, prefix caching off, shadow KV off and
+on.
+
+    .venv/bin/python -m benchmarks.inproc_speed [--requests 10000] [--repeats 3]
+        [--old-commit fbeab57] [--record]
+    .venv/bin/python -m benchmarks.inproc_speed --profile 2000   # cProfile of W1, shadow off, in-process
+
+Every measurement runs in a fresh process (`python benchmarks/inproc_speed.py
+--child ...` with `PYTHONPATH` at the tree to time), so its peak RSS is its
+own. `--old-commit C` checks C out in a temporary `git worktree` under /tmp
+and times it interleaved with the current tree (old, new, old, new, ...),
+on the same workload (generated once, here, and handed to both as plain
+numbers); each child reports which tree its modules came from, and the
+benchmark refuses a child that imported the wrong one. The old side gets
+only settings it understands (no `enable_prefix_caching`: before prefix
+caching existed it was off).
 
 `--record` adds the figures to benchmarks/RESULTS.md (newest first).
 """
@@ -9,122 +31,267 @@ wall-clock second, and peak memory, on a workload of >= 10,000 requests.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
+import json
 import os
 import platform
-import resource
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
-from bench.workloads import generate_workload, parse_workload_spec
-from cluster.inproc import run_inproc
-from cluster.spec import ClusterSpec
+HERE = Path(__file__).resolve()
+REPO = HERE.parent.parent
 
-
-def spec(shadow: bool, prefix_caching: bool = True) -> ClusterSpec:
-    apc = {"enable_prefix_caching": prefix_caching}
-    return ClusterSpec.model_validate(
-        {
-            "prefill": {"count": 2, "engine": {"num_gpu_blocks": 8000, "max_num_seqs": 256, **apc}},
-            "decode": {
-                "count": 2,
-                "engine": {"num_gpu_blocks": 8000, "max_num_seqs": 256, "async_scheduling": True, **apc},
-            },
-            "links": {"kv": {"delay_ms": 1.0}},
-            "cost_model": "synthetic-8b",
-            "shadow_kv": shadow,
-            "routing": "least_loaded",
-        }
-    )
+WORKLOADS = {
+    "W1": {
+        "prompt_len": {"kind": "sharegpt_like", "part": "prompt"},
+        "output_len": {"kind": "sharegpt_like", "part": "output"},
+        "arrival": {"kind": "poisson", "rate": 10.0},
+    },
+    "W2": {"prompt_len": 512, "output_len": 256, "arrival": {"kind": "poisson", "rate": 6.0}},
+}
+TOPOLOGIES = {"agg": 0, "1P1D": 1}  # prefill.count
 
 
-def workload(n: int):
-    return generate_workload(
-        parse_workload_spec(
-            {
-                "num_requests": n,
-                "prompt_len": {"kind": "sharegpt_like", "part": "prompt"},
-                "output_len": {"kind": "sharegpt_like", "part": "output"},
-                "arrival": {"kind": "poisson", "rate": 40.0},
-            }
-        ),
-        seed=0,
-    )
-
-
-def measure(n: int, shadow: bool, prefix_caching: bool = True) -> dict:
-    wl = workload(n)
-    t0 = time.perf_counter()
-    result = run_inproc(spec(shadow, prefix_caching), wl, seed=0)
-    wall = time.perf_counter() - t0
-    decode_tokens = sum(len(r.output_token_ids) for r in result.requests)
-    assert not result.invariant_errors, result.invariant_errors[:3]
+def cluster_dict(topology: str, shadow: bool, old: bool) -> dict:
+    engine: dict = {"num_gpu_blocks": 7424, "block_size": 16, "max_num_seqs": 128, "max_num_batched_tokens": 4096}
+    if not old:
+        engine["enable_prefix_caching"] = False  # the old commit has no such setting (nor the feature)
+    n_prefill = TOPOLOGIES[topology]
     return {
-        "requests": n,
+        "prefill": {"count": n_prefill, "engine": dict(engine)},
+        "decode": {"count": 1, "engine": dict(engine)},
+        "cost_model": "synthetic-8b",
         "shadow_kv": shadow,
-        "prefix_caching": prefix_caching,
-        "wall_s": wall,
-        "simulated_s": result.duration,
-        "decode_tokens": decode_tokens,
-        "decode_tokens_per_wall_s": decode_tokens / wall,
-        "requests_per_wall_s": n / wall,
-        "events": result.extra["num_events"],
-        # Peak resident memory of this (fresh) process: the workload, the run and its records.
-        "max_rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
 
-def measure_in_child(n: int, shadow: bool, prefix_caching: bool = True) -> dict:
-    """Each configuration in a fresh process, so peak memory is its own."""
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(1) as pool:
-        return pool.apply(measure, (n, shadow, prefix_caching))
+def workload_rows(name: str, n: int) -> list[list]:
+    """The workload as plain numbers (id, arrival, prompt length, output length)."""
+    from bench.workloads import generate_workload, parse_workload_spec
+
+    wl = generate_workload(parse_workload_spec({"num_requests": n, **WORKLOADS[name]}), seed=0)
+    return [[w.request_id, w.arrival_time, w.prompt_len, w.output_len] for w in wl]
+
+
+# -------------------------------------------------------------------- the child
+def child(args_json: str) -> None:
+    """Runs inside the tree being timed: imports only what both old and new trees have."""
+    import resource
+
+    a = json.loads(args_json)
+    from cluster.spec import ClusterSpec
+    from engine.records import WorkloadRequest
+
+    try:
+        from cluster.inproc import run_inproc  # current layout
+    except ImportError:
+        from cluster.inproc_cluster import run_inproc  # type: ignore[no-redef]  # fbeab57's layout
+    import engine
+
+    rows = json.loads(Path(a["workload_file"]).read_text())
+    wl = [WorkloadRequest(r[0], r[1], r[2], r[3]) for r in rows]
+    spec = ClusterSpec.model_validate(a["cluster"])
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = run_inproc(spec, wl, seed=0)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    out = {
+        "engine_file": engine.__file__,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "simulated_s": result.duration,
+        "decode_tokens": sum(len(r.output_token_ids) for r in result.requests),
+        "completed": sum(1 for r in result.requests if r.finish_reason in ("stop", "length")),
+        "steps": len(result.steps),
+        "events": result.extra.get("num_events"),
+        "invariant_errors": len(result.invariant_errors),
+        "max_rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    print("RESULT " + json.dumps(out))
+
+
+def run_child(tree: Path, workload_file: str, cluster: dict, env_extra: dict | None = None) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree), **(env_extra or {}))
+    payload = json.dumps({"workload_file": workload_file, "cluster": cluster})
+    proc = subprocess.run(
+        [sys.executable, str(HERE), "--child", payload], cwd=tree, env=env, capture_output=True, text=True
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"child in {tree} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    out = json.loads(lines[-1][len("RESULT ") :])
+    if not Path(out["engine_file"]).resolve().is_relative_to(tree.resolve()):
+        raise RuntimeError(f"child meant to time {tree} imported {out['engine_file']}")
+    return out
+
+
+# --------------------------------------------------------------------- profile
+def profile(n: int) -> None:
+    import cProfile
+    import pstats
+
+    from cluster.inproc import run_inproc
+    from cluster.spec import ClusterSpec
+    from engine.records import WorkloadRequest
+
+    wl = [WorkloadRequest(r[0], r[1], r[2], r[3]) for r in workload_rows("W1", n)]
+    spec = ClusterSpec.model_validate(cluster_dict("agg", shadow=os.environ.get("SHADOW") == "1", old=False))
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    run_inproc(spec, wl, seed=0)
+    prof.disable()
+    print(f"wall {time.perf_counter() - t0:.2f} s (under cProfile)")
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
+    pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+
+
+# ------------------------------------------------------------------------ main
+def _worktree(commit: str) -> Path:
+    path = Path(tempfile.mkdtemp(prefix="inproc-speed-old-", dir="/tmp"))
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(path), commit], check=True, capture_output=True
+    )
+    return path
+
+
+def _drop_worktree(path: Path) -> None:
+    subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)], capture_output=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=10_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--old-commit", default=None, help="time this commit interleaved with the current tree")
+    ap.add_argument("--workloads", default="W1,W2")
     ap.add_argument("--record", action="store_true")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--profile", type=int, default=None, metavar="N", help="cProfile W1 with N requests")
     args = ap.parse_args()
-    # Prefix caching off and on, interleaved, for its cost (target: on <= 1.3x off).
-    rows = [
-        measure_in_child(args.requests, shadow=shadow, prefix_caching=apc)
-        for shadow in (False, True)
-        for apc in (False, True)
-    ]
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    lines = [
-        f"### {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — {args.requests} requests, 2 prefill + 2 decode nodes",
-        "",
-        f"Machine: {platform.machine()}, Python {platform.python_version()}; ShareGPT-like lengths, "
-        "Poisson 40 req/s, synthetic-8b cost model.",
-        "",
-        f"Load average at the end: {load} (2 cores, shared).",
-        "",
-        "| shadow KV | prefix caching | wall s | simulated s | decode tokens | decode tok / wall s | req / wall s "
-        "| events | peak RSS MB |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {'on' if r['shadow_kv'] else 'off'} | {'on' if r['prefix_caching'] else 'off'} | "
-            f"{r['wall_s']:.1f} | {r['simulated_s']:.1f} | "
-            f"{r['decode_tokens']} | {r['decode_tokens_per_wall_s']:.0f} | {r['requests_per_wall_s']:.0f} | "
-            f"{r['events']} | {r['max_rss_MB']:.0f} |"
-        )
-    lines.append("")
-    for off, on in zip(rows[::2], rows[1::2]):
-        lines.append(
-            f"Prefix caching on / off, shadow KV {'on' if off['shadow_kv'] else 'off'}: wall "
-            f"{on['wall_s'] / off['wall_s']:.2f}x (target <= 1.3x)."
-        )
-    lines.append("")
-    text = "\n".join(lines)
+    if args.child is not None:
+        child(args.child)
+        return
+    if args.profile is not None:
+        profile(args.profile)
+        return
+    names = [w for w in args.workloads.split(",") if w]
+    for w in names:
+        if w not in WORKLOADS:
+            raise SystemExit(f"--workloads: {w!r} is unknown; allowed: {', '.join(WORKLOADS)}")
+    if args.repeats < 1:
+        raise SystemExit(f"--repeats={args.repeats} is invalid; allowed: >= 1")
+
+    old_tree = _worktree(args.old_commit) if args.old_commit else None
+    commit_new = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = bool(
+        subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ).stdout.strip()
+    )
+    # (workload, topology, shadow, side) -> list of child results
+    runs: dict[tuple, list[dict]] = {}
+    configs = [(w, topo, shadow) for w in names for topo in TOPOLOGIES for shadow in (False, True)]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            files = {}
+            for w in names:
+                files[w] = f"{tmp}/{w}.json"
+                Path(files[w]).write_text(json.dumps(workload_rows(w, args.requests)))
+            for rep in range(args.repeats):
+                for w, topo, shadow in configs:
+                    sides = [("new", REPO)]
+                    # The old commit is timed on aggregated W1/W2 with shadow off: the ratio targets.
+                    if old_tree is not None and topo == "agg" and not shadow:
+                        sides = [("old", old_tree), ("new", REPO)]
+                    for side, tree in sides:
+                        r = run_child(tree, files[w], cluster_dict(topo, shadow, old=side == "old"))
+                        runs.setdefault((w, topo, shadow, side), []).append(r)
+                        print(
+                            f"rep {rep} {w} {topo} shadow={'on' if shadow else 'off'} {side}: "
+                            f"{r['wall_s']:.2f} s, {r['max_rss_MB']:.0f} MB, {r['decode_tokens']} tokens, "
+                            f"{r['simulated_s']:.1f} simulated s",
+                            flush=True,
+                        )
+    finally:
+        if old_tree is not None:
+            _drop_worktree(old_tree)
+
+    text = _entry(args, runs, names, commit_new, dirty)
     print(text)
     if args.record:
         from benchmarks.results_md import record_entry
 
         record_entry("## In-process runtime speed (benchmarks/inproc_speed.py)", text)
+
+
+def _med(rs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rs)
+
+
+def _entry(args, runs: dict, names: list[str], commit_new: str, dirty: bool) -> str:
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    lines = [
+        f"### {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — W1/W2, {args.requests} requests, "
+        f"median of {args.repeats}" + (f", against {args.old_commit}" if args.old_commit else ""),
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}; "
+        f"load average at the end {load}. Tree: {commit_new}{' + uncommitted changes' if dirty else ''}. "
+        "`max_num_seqs` 128, `max_num_batched_tokens` 4096, 7,424 blocks of 16, `synthetic-8b`, prefix caching "
+        "off; W1 ShareGPT-like lengths, Poisson 10 req/s; W2 512 -> 256 tokens, Poisson 6 req/s; seed 0. "
+        f"Command: `.venv/bin/python -m benchmarks.inproc_speed --requests {args.requests} --repeats {args.repeats}"
+        + (f" --old-commit {args.old_commit}" if args.old_commit else "")
+        + " --record`.",
+        "",
+        "| workload | nodes | shadow KV | tree | wall s (median) | runs | CPU s (median) | simulated s | "
+        "decode tokens | decode tok / wall s | req / wall s | peak RSS MB |",
+        "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (w, topo, shadow, side), rs in runs.items():
+        wall = _med(rs, "wall_s")
+        each = ", ".join(f"{r['wall_s']:.2f}" for r in rs)
+        rss = max(r["max_rss_MB"] for r in rs)
+        lines.append(
+            f"| {w} | {topo} | {'on' if shadow else 'off'} | {side} | {wall:.2f} | "
+            f"{each} | {_med(rs, 'cpu_s'):.2f} | {rs[0]['simulated_s']:.1f} | {rs[0]['decode_tokens']} | "
+            f"{rs[0]['decode_tokens'] / wall:,.0f} | {args.requests / wall:,.0f} | {rss:.0f} |"
+        )
+    lines.append("")
+    for w in names:
+        new_off = _med(runs[(w, "agg", False, "new")], "wall_s")
+        if (w, "agg", False, "old") in runs:
+            old_off = _med(runs[(w, "agg", False, "old")], "wall_s")
+            target = 10 if w == "W1" else 5
+            cpu = _med(runs[(w, "agg", False, "old")], "cpu_s") / _med(runs[(w, "agg", False, "new")], "cpu_s")
+            o, n = runs[(w, "agg", False, "old")][0], runs[(w, "agg", False, "new")][0]
+            same = (o["simulated_s"], o["decode_tokens"], o["steps"]) == (
+                n["simulated_s"],
+                n["decode_tokens"],
+                n["steps"],
+            )
+            lines.append(
+                f"- {w}: the same work on both sides: {'yes' if same else 'NO'} (simulated {o['simulated_s']:.3f} / "
+                f"{n['simulated_s']:.3f} s, {o['decode_tokens']} / {n['decode_tokens']} decode tokens, "
+                f"{o['steps']} / {n['steps']} steps; the old tree validated the same cluster spec less "
+                "`enable_prefix_caching`, and imported its own code: {o_file})".replace("{o_file}", o["engine_file"])
+            )
+            lines.append(
+                f"- {w}: {args.old_commit} / current (aggregated, shadow off): **{old_off / new_off:.1f}x** "
+                f"wall, {cpu:.1f}x CPU (target >= {target}x)."
+            )
+        new_on = _med(runs[(w, "agg", True, "new")], "wall_s")
+        lines.append(f"- {w}: shadow on / off (aggregated): {new_on / new_off:.2f}x (target <= 1.3x).")
+        pd_off = _med(runs[(w, "1P1D", False, "new")], "wall_s")
+        lines.append(f"- {w}: 1P+1D / aggregated (shadow off): {pd_off / new_off:.2f}x (target <= 1.2x).")
+    rss = max(r["max_rss_MB"] for (w, *_), rs in runs.items() if w == "W1" for r in rs)
+    lines.append(f"- W1 peak RSS (any configuration): {rss:.0f} MB (target <= 200 MB).")
+    lines.append("")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -114,7 +114,11 @@ class EngineCore:
         if self.queue_full or not self.scheduler.has_requests():
             return None
         self.scheduler.advance_clock(now)
-        so = self.scheduler.schedule()
+        return self.queue_step(now, self.scheduler.schedule())
+
+    def queue_step(self, now: float, so: SchedulerOutput) -> StepPlan | None:
+        """The rest of `schedule_step` for a scheduled step (also one the
+        steady-decode fast path scheduled, engine/steady_decode.py)."""
         plan = self.runner.begin_step(so)
         if (
             so.total_num_scheduled_tokens == 0

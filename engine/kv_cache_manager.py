@@ -36,7 +36,7 @@ class KVCacheBlocks:
 # Shared result of an allocation that needed no new block, and of a lookup
 # that found nothing (never mutated).
 _NO_NEW_BLOCKS = KVCacheBlocks([])
-EMPTY_BLOCKS = _NO_NEW_BLOCKS
+EMPTY_BLOCKS = NO_NEW_BLOCKS = _NO_NEW_BLOCKS
 
 
 @dataclass

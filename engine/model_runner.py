@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .cost_model import StepShape
 from .kv_connector.pd_connector import RecvSpec
@@ -35,6 +36,8 @@ class StepPlan:
     shape: StepShape
     # (request id, block table at submit time, computed_before, n, samples)
     entries: list[tuple[str, list[int], int, int, bool]] = field(default_factory=list)
+    # The step's steady-decode requests, handled in bulk (engine/steady_decode.py).
+    steady: Any = None
 
     def loads(self) -> list[RecvSpec]:
         """The KV loads this step starts (the connector's `reqs_to_recv`)."""
@@ -131,6 +134,15 @@ class SimModelRunner:
                     shadow.assign(new_ids, req_id)
             computed_before[req_id] = cached.num_computed_tokens[i]
 
+        steady = so.steady
+        if steady is not None:
+            # Running requests decoding one token each: a block where they took one.
+            for r, new_id in zip(steady.batch.requests, steady.new_block_ids):
+                if new_id is not None:
+                    reqs[r.request_id].block_ids.append(new_id)
+                    if shadow is not None:
+                        shadow.assign((new_id,), r.request_id)
+
         if swap_in and self.cpu_shadow is not None:  # after the resumed requests' fresh tables were assigned
             self.cpu_shadow.swap_in(swap_in)
 
@@ -149,7 +161,16 @@ class SimModelRunner:
                 decode_context += start + n
             context += start + n
             entries.append((req_id, state.block_ids, start, n, req_id not in partial))
-        plan.shape = StepShape(prefill, decode, context, len(entries), decode_context, pairs)
+        batch_size = len(entries)
+        if steady is not None:
+            b = len(steady.starts)
+            plan.steady = steady
+            ctx = steady.batch.context + b
+            decode += b
+            decode_context += ctx
+            context += ctx
+            batch_size += b
+        plan.shape = StepShape(prefill, decode, context, batch_size, decode_context, pairs)
         return plan
 
     def register_load(self, request_id: str, block_ids: list[int]) -> None:
@@ -164,6 +185,13 @@ class SimModelRunner:
         token_at = self.sampler.token_at
         req_ids: list[str] = []
         sampled: list[list[int]] = []
+        steady = plan.steady
+        if shadow is not None and steady is not None:
+            states = self.requests
+            for r, start in zip(steady.batch.requests, steady.starts):
+                table = states[r.request_id].block_ids
+                shadow.read(r.request_id, table, start, now)
+                shadow.write(r.request_id, table, start, start + 1, now)
         for req_id, table, start, n, samples in plan.entries:
             if shadow is not None:
                 if start:

@@ -39,7 +39,13 @@ class OutputProcessorMixin:
         if kv_connector_output and kv_connector_output.failed_recving:
             failed_kv_load_req_ids.update(self._handle_failed_recving(kv_connector_output.failed_recving))
 
-        outputs: list[EngineCoreOutput] = []
+        outputs: list[Any] = []
+        if scheduler_output.steady is not None:
+            from .steady_decode import update_steady
+
+            # The step's steady-decode requests first (they lead the running
+            # order): one token each, in bulk (engine/steady_decode.py).
+            outputs.append(update_steady(scheduler_output.steady))
         stopped_running: set[Request] = set()
         stopped_preempted: set[Request] = set()
         requests = self.requests

@@ -42,6 +42,10 @@ class SchedulerOutput:
     # Requests whose chunk leaves their prompt unfinished: the worker samples
     # nothing for them (vLLM's runner derives this from its own token counts).
     partial_prefill_req_ids: set[str] = field(default_factory=set)
+    # The steady-decode fast paths (engine/steady_decode.py): running requests
+    # that decode one token each in this step, kept out of the per-request
+    # fields above and handled in bulk (a `SteadyPart`), or None.
+    steady: Any = None
 
     @classmethod
     def make_empty(cls) -> SchedulerOutput:
@@ -91,3 +95,18 @@ class EngineCoreOutput:
 class EngineCoreOutputs:
     outputs: list[EngineCoreOutput] = field(default_factory=list)
     finished_requests: set[str] = field(default_factory=set)
+
+
+class SteadyTokens:
+    """One token for each of `request_ids` in one step, the `i`th request's
+    at output index `firsts[i]` (engine/steady_decode.py): what a step's
+    one-token outputs of steady decode come to, as one object instead of
+    one `EngineCoreOutput` (and one proxy event) per request. Only the
+    in-process runtime makes and reads these."""
+
+    __slots__ = ("request_ids", "firsts")
+    finish_reason = None
+
+    def __init__(self, request_ids: list[str], firsts: list[int]) -> None:
+        self.request_ids = request_ids
+        self.firsts = firsts

@@ -8,9 +8,12 @@ by the sampler, because stop tokens are decided on them.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+# An output id not drawn yet (see `Request.append_unsampled`); never a real id.
+UNSAMPLED = -1
 
 
 class RequestStatus(enum.IntEnum):
@@ -110,11 +113,32 @@ class Request:
         # (`engine/block_hash.py`), and the prompt tokens that hit the cache.
         self.block_hashes: list[int] = []
         self.num_cached_tokens = -1
+        # Steady-decode fast-forward (`engine/steady_decode.py`): outputs it
+        # advanced over hold UNSAMPLED until someone reads the ids, which are
+        # then drawn from this sampler function (ids depend only on position).
+        self._token_source: Callable[[str, int], int] | None = None
 
     # -- token views -------------------------------------------------------
     @property
     def output_token_ids(self) -> list[int]:
+        if self._token_source is not None:
+            self._fill_unsampled()
         return self._output_token_ids
+
+    def append_unsampled(self, n: int, token_at: Callable[[str, int], int]) -> None:
+        """`n` outputs whose ids nobody has needed yet (no stop check can read
+        them: the request can only stop at its length cap)."""
+        self._output_token_ids.extend([UNSAMPLED] * n)
+        self.num_tokens += n
+        self._token_source = token_at
+
+    def _fill_unsampled(self) -> None:
+        token_at, self._token_source = self._token_source, None
+        assert token_at is not None
+        ids, base, rid = self._output_token_ids, self.num_prompt_tokens, self.request_id
+        for i, tok in enumerate(ids):
+            if tok == UNSAMPLED:
+                ids[i] = token_at(rid, base + i)
 
     @property
     def all_token_ids(self) -> list[int]:

@@ -42,6 +42,12 @@ class DeterministicSampler:
         # Never collide with EOS by accident.
         return 3 + (z >> 16) % (VOCAB_SIZE - 3)
 
+    def can_sample(self, token_id: int) -> bool:
+        """Whether `token_at` can ever return `token_id` (EOS only with a stop probability)."""
+        if token_id == self.eos_token_id and self._threshold > 0:
+            return True
+        return 3 <= token_id < VOCAB_SIZE
+
     def forget(self, request_id: str) -> None:
         """Drop a finished request's cached hash (long runs, many requests)."""
         self._bases.pop(request_id, None)

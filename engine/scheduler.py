@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections import deque
 
+from . import fast_paths
 from .config import VllmConfig
 from .counters import SchedulerCounters
-from .kv_cache_manager import KVCacheBlocks, KVCacheManager, cdiv
+from .kv_cache_manager import NO_NEW_BLOCKS, KVCacheBlocks, KVCacheManager, cdiv
 from .kv_connector.base import KVConnectorBase
 from .output_processor import OutputProcessorMixin
 from .outputs import CachedRequestData, NewRequestData, SchedulerOutput
@@ -183,6 +184,14 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
         allocate_slots = kvm.allocate_slots
         lookahead = self.num_lookahead_tokens
         max_model_len = self.max_model_len
+        # Exact fast path (engine/fast_paths.py): a running request whose last
+        # block has room needs no allocate_slots call — the call would only
+        # count itself and return no blocks (no watermark applies to a running
+        # request; with prefix caching off nothing is cached either). Not when
+        # the allocator is wrapped (a test that counts or fails its calls).
+        plain = fast_paths.enabled() and not kvm.enable_caching and "allocate_slots" not in kvm.__dict__
+        req_to_blocks = kvm.req_to_blocks if plain else None
+        block_size = self.block_size
         while req_index < len(running) and token_budget > 0:
             request = running[req_index]
             placeholders = request.num_output_placeholders
@@ -206,6 +215,20 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
             if num_new_tokens <= 0:
                 req_index += 1
                 continue
+
+            if req_to_blocks is not None:
+                have = req_to_blocks.get(request.request_id)
+                if have is not None and computed + num_new_tokens + lookahead <= len(have) * block_size:
+                    kvm.num_allocate_slots_calls += 1
+                    scheduled_running_reqs.append(request)
+                    req_to_new_blocks[request.request_id] = NO_NEW_BLOCKS
+                    num_scheduled_tokens[request.request_id] = num_new_tokens
+                    token_budget -= num_new_tokens
+                    input_budget -= num_new_tokens
+                    req_index += 1
+                    if request.spec_token_ids:
+                        request.spec_token_ids = []
+                    continue
 
             while True:
                 new_blocks = allocate_slots(request, num_new_tokens, num_lookahead_tokens=lookahead)

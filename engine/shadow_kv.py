@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from . import fast_paths
+
 
 @dataclass
 class Violation:
@@ -174,6 +176,17 @@ class ShadowKVStore:
             if slots is None:
                 slots = self.slots[block] = [None] * bs
             mine = self.owner[block] == request_id
+            if mine and not self.foreign[block] and fast_paths.enabled():
+                # The common write, exactly: the owner fills slots nobody has
+                # written (a step's new tokens), so every tag is new and its own.
+                a, b = pos - idx * bs, stop - idx * bs
+                if slots[a:b].count(None) == b - a:
+                    slots[a:b] = [(request_id, p) for p in range(pos, stop)]
+                    self.owned[block] += b - a
+                    if self.expected_hash is not None and self.owned[block] == bs:
+                        self.content[block] = self.expected_hash(request_id, idx)
+                    pos = stop
+                    continue
             if not mine:
                 self.num_stale_writes += 1
                 self._report("stale_write", now, block, request_id, pos)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from engine.model_runner import StepPlan
 from engine.node_core import NodeCore, NodeSpec
-from engine.outputs import EngineCoreOutput
+from engine.outputs import EngineCoreOutput, SteadyTokens
 from engine.records import StepRecord
 
 from .messages import NodeEvent, OutputEvent, RequestMessage
@@ -101,10 +101,14 @@ class NodeRole:
 
     def _on_outputs(self, outputs: list[EngineCoreOutput]) -> None:
         # Built inline, not through `OutputEvent.from_core`: this runs once per token.
+        # A `SteadyTokens` (one token for each of many requests, from the
+        # in-process steady-decode fast path) goes to the proxy as it is.
         first = self.core.first_scheduled_time
         self._emit(
             [
-                OutputEvent(
+                o
+                if type(o) is SteadyTokens
+                else OutputEvent(
                     o.request_id,
                     o.new_token_ids,
                     o.finish_reason,

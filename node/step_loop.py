@@ -63,6 +63,10 @@ class StepLoop:
         self.stage_token_mismatches = 0
         self._done: dict[int, list[list[int]] | None] = {}
         self._kick_pending = False
+        # A runtime may take steady decode in bulk (the in-process one:
+        # cluster/inproc/fast_forward.py); True = it took care of this pass
+        # (submitted a step, or forwarded steps and will `_kick` after them).
+        self.fast_forward: Callable[[], bool] | None = None
 
     # -- inputs ---------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -92,6 +96,8 @@ class StepLoop:
     def _kick(self) -> None:
         self._kick_pending = False
         if not self.alive:
+            return
+        if self.fast_forward is not None and self.fast_forward():
             return
         while (plan := self.core.schedule_step(self.clock.now())) is not None:
             self._submit(plan)

@@ -16,7 +16,9 @@ from typing import Any
 
 from connector.link import Link, ReliableLine
 from decode_node.node import DecodeNode
-from engine.records import RequestRecord, WorkloadRequest
+from engine import fast_paths
+from engine.outputs import SteadyTokens
+from engine.records import RequestRecord, TokenIds, WorkloadRequest
 from engine.sampler import DeterministicSampler
 from node.messages import KVEvent, NodeEvent, OutputEvent, RequestMessage
 from node.ports import NodePorts
@@ -30,6 +32,7 @@ from ..run_result import RunResult, kv_pull_summary
 from ..spec import ClusterSpec
 from .clock import EventLoop
 from .executor import VirtualPipelineExecutor
+from .fast_forward import SteadyDecodeForwarder
 from .faults import FaultsMixin
 from .kv_transport import InProcKVTransport
 
@@ -68,6 +71,11 @@ class InProcCluster(FaultsMixin):
         self._debug_invariants = debug_invariants
         self._executors: dict[str, VirtualPipelineExecutor] = {}
         self.chaos_faults: list[Fault] | None = None
+        # The steady-decode fast-forward runs only inside `run()` (fast_forward.py).
+        self.fast_forward_active = False
+        self._forwarders: list[SteadyDecodeForwarder] = []
+        # Token ids by position, for the client's records of forwarded steps.
+        self._sampler = DeterministicSampler(spec.sampler.seed + seed, spec.sampler.stop_probability)
         self._specs: dict[str, tuple[str, Any, Any]] = {}
         self.restarts: dict[str, int] = {}
         for role, node_spec, group in spec.node_specs():
@@ -187,7 +195,10 @@ class InProcCluster(FaultsMixin):
 
     def _from_node(self, name: str, events: list[NodeEvent]) -> None:
         now = self.loop.now()
-        arrival = self._proxy_links[name][1].transit(now, OUTPUT_BYTES * len(events))
+        n = len(events)
+        if events and type(events[0]) is SteadyTokens:  # one output per request it names
+            n += len(events[0].request_ids) - 1
+        arrival = self._proxy_links[name][1].transit(now, OUTPUT_BYTES * n)
         if arrival is None:
             self.loop.call_soon(self._connection_broken, name)
             return
@@ -199,6 +210,10 @@ class InProcCluster(FaultsMixin):
             self.touched.update([ev.request_id for ev in events])
         decoding = node.role != "prefill"
         node_of = self._node_of
+        if events and type(events[0]) is SteadyTokens:
+            steady = events[0]
+            self._record_runs(node, steady.request_ids, steady.firsts, [now], None)
+            events = events[1:]
         for ev in events:
             rec = self.records.get(ev.request_id)
             if rec is None or rec.finish_reason is not None:
@@ -228,6 +243,70 @@ class InProcCluster(FaultsMixin):
                     self._log("pull_end", ev.request_id, ev.ok)
                 continue
             self._on_output(node, rec, ev, now)
+
+    def _steady_outputs(
+        self,
+        node: NodeRole,
+        ids: list[str],
+        firsts: list[int],
+        counts: list[int],
+        ends: list[float],
+        sizes: list[int],
+        finished: dict[int, list[OutputEvent]],
+    ) -> None:
+        """What `_from_node` and `_proxy_receive` do for the outputs of
+        forwarded steps (fast_forward.py): one proxy-link transit per step at
+        its end (`sizes`: its outputs), the requests' tokens (request i: one
+        per step for `counts[i]` steps, output indices from `firsts[i]`), and
+        each step's finishing outputs (`finished`, by step) through
+        `_proxy_receive` when the step ends. Tokens are recorded at the end
+        of the first step, before any finish (the proxy's receipt of the
+        outputs before these is due now)."""
+        line = self._proxy_links[node.name][1]
+        arrivals = [line.transit(t, OUTPUT_BYTES * n) for t, n in zip(ends, sizes)]  # ideal: arrival == t
+        assert arrivals == ends, "the fast-forward runs only over an ideal proxy link"
+        last_elsewhere = {ev.request_id for events in finished.values() for ev in events}
+        if last_elsewhere:
+            counts = [n - 1 if rid in last_elsewhere else n for rid, n in zip(ids, counts)]
+        self.loop.at(ends[0], self._record_runs, node, ids, firsts, ends, counts)
+        for j, events in finished.items():
+            self.loop.at(ends[j - 1], self._proxy_receive, node, events)
+
+    def _record_runs(
+        self, node: NodeRole, ids: list[str], firsts: list[int], times: list[float], counts: list[int] | None
+    ) -> None:
+        """One token per request and step at `times` (request i: the first
+        `counts[i]`; all, without counts), as `_proxy_receive` records token
+        outputs. Per request and forward: kept lean."""
+        m = len(times)
+        records, node_of = self.records, self._node_of
+        token_at = self._sampler.token_at
+        first_scheduled = node.core.first_scheduled_time
+        for i, rid in enumerate(ids):
+            rec = records.get(rid)
+            if rec is None or rec.finish_reason is not None:
+                continue
+            n = m if counts is None else counts[i]
+            if node_of.get(rid) is not node:
+                self.events_rejected += n
+                continue
+            if rec.first_scheduled_time is None:
+                rec.first_scheduled_time = first_scheduled(rid)
+            if n == 0:
+                continue
+            out = rec.output_token_ids
+            if type(out) is not TokenIds:
+                out = rec.output_token_ids = TokenIds(out)
+            # `TokenIds.add_run`, inlined for a run that continues the last one.
+            pieces = out._pieces
+            first = firsts[i]
+            if pieces and type(last := pieces[-1]) is tuple and last[0] + last[1] == first:
+                pieces[-1] = (last[0], last[1] + n)
+                out._len += n
+                out._list = None
+            else:
+                out.add_run(token_at, rid, rec.prompt_len, first, n)
+            rec.token_times.extend(times if n == m else times[:n])
 
     def _on_output(self, node: NodeRole, rec: RequestRecord, ev: OutputEvent, now: float) -> None:
         if rec.first_scheduled_time is None:
@@ -311,6 +390,7 @@ class InProcCluster(FaultsMixin):
             emit=lambda events, name=node_spec.name: self._from_node(name, events),
         )
         if role == "prefill":
+            executor.serves_prefill = True
             producer = PrefillNode(node_spec, self._settings, ports, self._on_step, self._debug_invariants)
             producer.set_address(producer.name)  # in-process, a producer's address is its name
             self._producers[producer.name] = producer
@@ -322,7 +402,11 @@ class InProcCluster(FaultsMixin):
             self._kv_link,  # type: ignore[arg-type]
             self.spec.bytes_per_token,
         )
-        return DecodeNode(node_spec, self._settings, ports, kv, self._on_step, self._debug_invariants)
+        node = DecodeNode(node_spec, self._settings, ports, kv, self._on_step, self._debug_invariants)
+        forwarder = SteadyDecodeForwarder(self, node, executor)
+        self._forwarders.append(forwarder)
+        node.loop.fast_forward = forwarder
+        return node
 
     def _rebuild_routers(self) -> None:
         live_prefill = [n for n in self.prefill_nodes if n.alive]
@@ -353,7 +437,11 @@ class InProcCluster(FaultsMixin):
 
     # -- run ---------------------------------------------------------------------------
     def run(self, until: float | None = None, max_events: int | None = 50_000_000) -> RunResult:
-        self.loop.run(until=until, max_events=max_events)
+        self.fast_forward_active = fast_paths.enabled() and until is None and not self._debug_invariants
+        try:
+            self.loop.run(until=until, max_events=max_events)
+        finally:
+            self.fast_forward_active = False
         reports = {name: n.report() for name, n in self.nodes.items() if n.alive}
         steps = [s for r in reports.values() for s in r.steps]
         steps.sort(key=lambda s: (s.time, s.node))
@@ -388,6 +476,7 @@ class InProcCluster(FaultsMixin):
             trace=self.trace,
             extra={
                 "num_events": self.loop.num_events,
+                "steps_fast_forwarded": sum(f.steps_forwarded for f in self._forwarders),
                 "kv_pulls": kv_pull_summary(node_counters),
                 "failures": dict(self.failures),
                 "rerouted": dict(self.rerouted),

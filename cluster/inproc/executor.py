@@ -22,6 +22,8 @@ class VirtualPipelineExecutor:
         self.loop = loop
         self.pipeline = StagePipeline(pp_size, stage_link)
         self.busy_time = 0.0
+        # The in-process cluster marks a prefill node's executor (fast_forward.py).
+        self.serves_prefill = False
         # Chaos mode: (start, end, factor) windows in which steps take longer.
         self.slow_windows: list[tuple[float, float, float]] = []
 
@@ -35,4 +37,9 @@ class VirtualPipelineExecutor:
         if math.isinf(done_at):
             self.loop.call_soon(on_error, "a stage link broke")
             return
-        self.loop.at(done_at, on_done, plan, None)
+        self.loop.at(done_at, self._done, on_done, plan)
+
+    def _done(self, on_done: StepDone, plan: StepPlan) -> None:
+        """A step came back (one named function, so the fast-forward can tell
+        a prefill node's step completion in the loop's queue)."""
+        on_done(plan, None)

@@ -51,3 +51,8 @@ class KVConnectorBase:
 
     def has_pending_push_work(self) -> bool:
         return False
+
+    def is_idle(self) -> bool:
+        """Nothing queued for the next step's metadata (the steady-decode
+        fast-forward, engine/steady_decode.py, builds no metadata)."""
+        return True

@@ -96,6 +96,9 @@ class PDConnector(KVConnectorBase):
         self._reqs_need_send = {}
         return meta
 
+    def is_idle(self) -> bool:
+        return not self._reqs_need_recv and not self._reqs_need_send
+
     # -- producer ----------------------------------------------------------
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         params = request.kv_transfer_params

@@ -1,0 +1,221 @@
+"""The steady-decode fast-forward on the virtual clock (issue 15;
+docs/fast-paths.md).
+
+When a node is about to schedule a step and is in steady decode
+(`engine/steady_decode.py`: only token counts change from step to step),
+it advances over every step that ends before the next event that could
+change its schedule, at once: the engine state (`steady_decode.advance`,
+requests reaching their length cap finish where they would), the step
+records and timings, the executor's pipeline arithmetic, and the client's
+token records, finishes and the proxy link's bookkeeping (events due when
+those steps end), exactly as stepping one by one would have left them.
+When the last step ends the node goes on as if it had just come back.
+
+"Could change its schedule" (`_limits`): any event in the loop's queue,
+except the proxy's receipt of this node's last outputs when it can start
+nothing, and an arrival whose routing cannot read this node's load (the
+forward then runs through the step the arrival falls in: what it sets off
+only queues requests, admitted at the end of that step on either path).
+With a closed-loop backlog a finish ends a forward. Steps end strictly
+before the next event, so no tie needs ordering. Only for runs driven by
+`InProcCluster.run` (a paced driver reads records as time goes by), with an
+ideal proxy link back from the node, one pipeline stage and no slow-down
+windows.
+
+When requests wait (or the next event is within a step), a steady node
+takes one step the usual way with its running requests' work in bulk
+(`_admission_step`, `steady_decode.schedule_with_steady`).
+
+Switched off with the other fast paths (`engine/fast_paths.py`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import TYPE_CHECKING, Any
+
+from engine.steady_decode import SteadyBatch, advance, block_plan, is_quiet, schedule_with_steady, steady_batch
+from node.messages import OutputEvent
+from node.role import NodeRole
+from node.step_loop import StepTiming
+
+from .executor import VirtualPipelineExecutor
+
+if TYPE_CHECKING:
+    from .cluster import InProcCluster
+
+
+class SteadyDecodeForwarder:
+    def __init__(self, cluster: InProcCluster, node: NodeRole, executor: VirtualPipelineExecutor) -> None:
+        self.cluster = cluster
+        self.node = node
+        self.executor = executor
+        self.steps_forwarded = 0
+        self.jumps = 0
+        self.forwarding = False
+        self.admission_steps = 0
+
+    def _harmless(self, fn: Any, args: tuple) -> bool:
+        """The proxy's receipt of this node's outputs, when it starts nothing."""
+        cluster = self.cluster
+        if getattr(fn, "__func__", None) is not type(cluster)._proxy_receive or args[0] is not self.node:
+            return False
+        if not cluster._backlog:
+            return True
+        return all(getattr(ev, "finish_reason", None) is None for ev in args[1])
+
+    def _passable(self, fn: Any, args: tuple) -> bool:
+        """An arrival, or a prefill node's step coming back, whose handling
+        cannot read this node's state: it, and everything it sets off (a
+        prefill, the hand-over to a decode node), only queues requests, which
+        the node admits at the end of the step they arrive in on either path,
+        so a forward may run through the step it falls in. They would read
+        this node's load only to pick among several decode nodes by load."""
+        cluster = self.cluster
+        func = getattr(fn, "__func__", None)
+        if func is type(cluster)._arrive:
+            pass
+        elif func is VirtualPipelineExecutor._done:
+            if not fn.__self__.serves_prefill:
+                return False
+        else:
+            return False
+        router = cluster.decode_router
+        return router is None or len(router.nodes) == 1 or router.policy == "round_robin"
+
+    def _limits(self) -> tuple[float, float]:
+        """(horizon, arrival): forwarded steps end before `horizon` and start
+        before `arrival` (never ending exactly at it). From the first events in
+        the loop (a heap holds its k smallest in its first 2^k - 1 slots):
+        this node's harmless pending outputs are skipped, passable events
+        (`_passable`) may follow; the first other event is the horizon."""
+        heap = self.cluster.loop._heap
+        first = heapq.nsmallest(4, heap[:15])
+        i = 0
+        if first and self._harmless(first[0][2], first[0][3]):
+            i = 1
+        arrival = math.inf
+        while i < len(first):
+            event = first[i]
+            if not self._passable(event[2], event[3]):
+                return event[0], arrival
+            if arrival == math.inf:
+                arrival = event[0]
+            i += 1
+        # Past what we looked at: the last event seen is as far as we may go.
+        return (first[-1][0] if len(first) == 4 else math.inf), arrival
+
+    def __call__(self) -> bool:
+        cluster = self.cluster
+        if self.forwarding:
+            return True  # steps are in flight until `_resume` (a step in flight schedules nothing)
+        if not cluster.fast_forward_active:
+            return False
+        node, executor = self.node, self.executor
+        if executor.slow_windows or executor.pipeline.pp_size != 1 or node.role == "prefill":
+            return False
+        if type(node)._on_outputs is not NodeRole._on_outputs:
+            return False  # a role that does more with its outputs than emit them
+        core = node.core
+        batch = steady_batch(core, admitting=True)
+        if batch is None:
+            return False
+        if not is_quiet(core) or not cluster._proxy_links[node.name][1].line.spec.is_ideal:
+            return self._admission_step(batch)
+        loop = cluster.loop
+        horizon, arrival = self._limits()
+        now = loop.now()
+        settings = node.settings
+        step_time = settings.cost_model.step_time
+        run_seconds = settings.run_seconds
+        # Finishes end a forward only when one could start a waiting request
+        # (the closed loop's backlog): the proxy's receipt of a finish is then
+        # an event that changes the schedule.
+        limit = batch.last_finish if not cluster._backlog else batch.first_finish
+        # When each step would end: the pipeline arithmetic of one stage.
+        stage_free = executor.pipeline.stage_free_at[0]
+        times = [now]
+        durations: list[float] = []
+        runs: list[float] = []
+        t = now
+        shapes = []
+        for _, shape in zip(range(limit), batch.shapes()):
+            shapes.append(shape)
+            modelled = step_time(shape)
+            run = run_seconds(modelled)
+            start = t if t > stage_free else stage_free
+            end = start + run
+            if not end < horizon or math.isinf(end) or not start < arrival or end == arrival:
+                break
+            durations.append(modelled)
+            runs.append(run)
+            times.append(end)
+            t = stage_free = end
+        m = len(durations)
+        if m == 0:
+            return self._admission_step(batch)  # the next event is due within a step
+        per_step, finishing, fits = block_plan(core, batch, m)
+        if fits < m:
+            m = fits
+            if m == 0:
+                return False
+            del durations[m:], runs[m:], times[m + 1 :], per_step[m + 1 :], finishing[m + 1 :]
+        # Commit: the executor's own arithmetic, step by step.
+        pipeline = executor.pipeline
+        for j in range(m):
+            executor.busy_time += runs[j]
+            done = pipeline.finish_time(times[j], runs[j])
+            assert done == times[j + 1], (done, times[j + 1])
+        requests = batch.requests
+        ids = [r.request_id for r in requests]
+        firsts = [len(r._output_token_ids) for r in requests]
+        steps, finished = advance(core, batch, per_step, finishing, m, times, durations, shapes)
+        first_index = core.scheduler.current_step - m + 1
+        timings = node.loop.timings
+        for j in range(m):
+            timings.append(StepTiming(first_index + j, times[j], durations[j], runs[j], times[j + 1]))
+        self.steps_forwarded += m
+        self.jumps += 1
+        # The outputs of the requests each step finished, as the role emits them.
+        first = core.first_scheduled_time
+        events = {
+            j: [
+                OutputEvent(o.request_id, o.new_token_ids, o.finish_reason, o.kv_transfer_params, o.num_preemptions,
+                            first(o.request_id))
+                for o in outs
+            ]
+            for j, outs in finished.items()
+        }  # fmt: skip
+        sizes = [shape.batch_size for shape in shapes[:m]]
+        # The node goes on when the last step ends, before the proxy takes in
+        # that step's outputs (the order of a step's end on the plain path).
+        loop.at(times[m], self._resume)
+        cluster._steady_outputs(node, ids, firsts, steps, times[1:], sizes, events)
+        self.forwarding = True
+        return True
+
+    def _admission_step(self, batch: SteadyBatch) -> bool:
+        """Requests wait while the running ones are in steady decode: one
+        step, scheduled and run the usual way, but with the steady requests'
+        work done in bulk (`schedule_with_steady`). It needs no look ahead:
+        like any step, it takes effect when it is scheduled and when it
+        comes back."""
+        core = self.node.core
+        if batch.max_steps < 2:
+            return False  # (a request finishing in this step: the usual path)
+        per_step, _, fits = block_plan(core, batch, 1)
+        if fits < 1:
+            return False
+        now = self.cluster.loop.now()
+        plan = core.engine.queue_step(now, schedule_with_steady(core, batch, per_step))
+        assert plan is not None  # the step has tokens
+        self.admission_steps += 1
+        self.node.loop._submit(plan)
+        return True
+
+    def _resume(self) -> None:
+        """The last forwarded step is back: the node schedules on."""
+        self.forwarding = False
+        if self.node.alive:
+            self.node.loop._kick()

@@ -1,0 +1,466 @@
+"""Steady decode, computed in bulk (issue 15; docs/fast-paths.md).
+
+Between two events that can change a schedule — an arrival, a KV load, an
+allocation that could fail, a preemption, a fence drain — a synchronous v1
+node only decodes: every running request gets one token per step, in the
+same order, and nothing else changes but token counts, the blocks requests
+grow into, and requests reaching their length cap. `SteadyBatch`
+recognises that state and `advance` applies `m` such steps in one go, with
+what `schedule()`, the model runner and `update_from_output()` would have
+left behind step by step: token counts, block ids handed out in the same
+order (step by step, requests in running order, a finished request's blocks
+back before the next step's), allocator-call counts, step numbers, fence
+sequence numbers, the runner's block tables, shadow KV reads and writes, the
+finishing requests' outputs and frees, and one `StepRecord` per step.
+`schedule_with_steady` / `update_steady` do the same for one step next to the
+scheduler's real waiting pass.
+
+What is not covered returns None from `steady_batch` and the node steps as
+usual: async scheduling or a batch queue deeper than one, v0, prefix
+caching, prefill chunks, requests that could stop on a sampled token (EOS
+the sampler can produce, stop token ids), pending KV connector output, a
+shadow store that already saw trouble for a request. The runtime
+(cluster/inproc/fast_forward.py) decides how many of the possible steps fit
+before the next event and supplies their times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .cost_model import StepShape
+from .outputs import EngineCoreOutput, NewRequestData, SchedulerOutput, SteadyTokens
+from .records import StepRecord
+from .request import UNSAMPLED, Request, RequestStatus
+from .scheduler import Scheduler
+from .stop_checker import check_stop
+
+if TYPE_CHECKING:
+    from .node_core import NodeCore
+
+
+@dataclass
+class SteadyBatch:
+    requests: list[Request]  # in running order
+    context: int  # the batch's computed tokens before the first step
+    computed: list[int]  # per request: its computed tokens before the first step
+    finish_step: list[int]  # per request: the step that finishes it (by its length cap)
+
+    @property
+    def first_finish(self) -> int:
+        return min(self.finish_step)
+
+    @property
+    def last_finish(self) -> int:
+        return max(self.finish_step)
+
+    @property
+    def max_steps(self) -> int:
+        return self.first_finish
+
+    def shapes(self):
+        """The shapes of steps 1, 2, ...: one decode token per request still
+        running, each attending to its computed tokens plus the new one; a
+        request leaves after the step that finishes it."""
+        leave: dict[int, tuple[int, int]] = {}
+        for c, f in zip(self.computed, self.finish_step):
+            n, sc = leave.get(f, (0, 0))
+            leave[f] = (n + 1, sc + c)
+        n, sc, j = len(self.requests), self.context, 0
+        while n > 0:
+            j += 1
+            ctx = sc + n * j
+            yield StepShape(0, n, ctx, n, ctx, 0)
+            gone = leave.get(j)
+            if gone is not None:
+                n -= gone[0]
+                sc -= gone[1]
+
+
+def is_quiet(core: NodeCore) -> bool:
+    """Nothing but the running requests to schedule: no waiting request, no
+    KV load to finish, no worker output, no finished request a connector
+    must hear of. (With waiting requests, `schedule_with_steady` steps.)"""
+    s: Scheduler = core.scheduler
+    if (
+        s.waiting
+        or s.kv_holding_waiting
+        or s.deferred_waiting
+        or s.finished_recving_kv_req_ids
+        or s.failed_recving_kv_req_ids
+        or core.has_worker_output()
+    ):
+        return False
+    return s.connector is None or not (s.finished_req_ids or s.reset_preempted_req_ids)
+
+
+def steady_batch(core: NodeCore, admitting: bool = False) -> SteadyBatch | None:
+    """The running batch if the node is in steady decode, else None.
+    `admitting`: for a step that also runs the waiting pass (`schedule_with_steady`):
+    waiting requests, KV loads and worker output are then allowed (else see `is_quiet`)."""
+    if core.is_v0 or type(core.scheduler) is not Scheduler:
+        return None  # v0, or async scheduling (placeholders)
+    engine = core.engine
+    if engine.depth != 1 or engine.batch_queue or engine.pending_aborts:
+        return None
+    s: Scheduler = core.scheduler
+    kvm = s.kv_cache_manager
+    if kvm.enable_caching or s.deferred_frees or s.num_lookahead_tokens:
+        return None
+    if not admitting and not is_quiet(core):
+        return None
+    connector = s.connector
+    if connector is not None and (not connector.is_idle() or connector.has_pending_push_work()):
+        return None
+    running = s.running
+    b = len(running)
+    if b == 0 or b > s.max_num_scheduled_tokens or b > s.scheduler_config.max_num_batched_tokens:
+        return None
+    can_sample = core.sampler.can_sample
+    max_model_len = s.max_model_len
+    bad = core.shadow._bad if core.shadow is not None else None
+    RUNNING = RequestStatus.RUNNING
+    eos_checked: int | None = None
+    context = 0
+    finish_step: list[int] = []
+    computed_before: list[int] = []
+    for r in running:
+        computed = r.num_computed_tokens
+        if (
+            r.num_tokens != computed + 1
+            or r.status != RUNNING
+            or r.is_prefill_chunk
+            or r.num_output_placeholders
+            or r.num_in_flight_tokens
+            or r.num_stale_output_tokens
+            or r.spec_token_ids
+            or r.sampling_params.stop_token_ids
+        ):
+            return None
+        eos = r.eos_token_id
+        if eos is not None and eos != eos_checked:
+            if can_sample(eos):
+                return None  # it could stop on a sampled EOS
+            eos_checked = eos
+        if bad and r.request_id in bad:
+            return None
+        # Step j appends output number o + j: it finishes once that reaches
+        # max_tokens, or the sequence reaches max_model_len.
+        left = r.max_tokens - len(r._output_token_ids)
+        cap = max_model_len - r.num_tokens
+        finish_step.append(left if left < cap else cap)
+        computed_before.append(computed)
+        context += computed
+    if min(finish_step) < 1:
+        return None
+    return SteadyBatch(list(running), context, computed_before, finish_step)
+
+
+def block_plan(core: NodeCore, batch: SteadyBatch, m: int) -> tuple[list[list[int]], list[list[int]], int]:
+    """For steps 1..m: which requests (by running index) take a new block in
+    each step, which ones finish in it (their blocks return after the step's
+    allocations), and how many steps fit before the free blocks run out."""
+    s: Scheduler = core.scheduler
+    kvm = s.kv_cache_manager
+    bs = kvm.block_size
+    per_step: list[list[int]] = [[] for _ in range(m + 1)]
+    finishing: list[list[int]] = [[] for _ in range(m + 1)]
+    freed = [0] * (m + 1)
+    req_to_blocks = kvm.req_to_blocks
+    for idx, r in enumerate(batch.requests):
+        blocks = req_to_blocks.get(r.request_id)
+        have = len(blocks) if blocks is not None else 0
+        last = batch.finish_step[idx]
+        if last > m:
+            last = 0
+        end = last or m
+        # Step j needs slots for computed + j tokens.
+        j = have * bs - r.num_computed_tokens + 1
+        if j < 1:
+            j = 1
+        while j <= end:
+            per_step[j].append(idx)
+            have += 1
+            j += bs
+        if last:
+            finishing[last].append(idx)
+            freed[last] += have
+    free = kvm.block_pool.get_num_free_blocks()
+    fits = m
+    for j in range(1, m + 1):
+        free -= len(per_step[j])
+        if free < 0:
+            fits = j - 1
+            break
+        free += freed[j]
+    return per_step, finishing, fits
+
+
+def advance(
+    core: NodeCore,
+    batch: SteadyBatch,
+    per_step: list[list[int]],
+    finishing: list[list[int]],
+    m: int,
+    times: list[float],
+    durations: list[float],
+    shapes: list[StepShape],
+) -> tuple[list[int], dict[int, list[EngineCoreOutput]]]:
+    """Apply steps 1..m; `times[j]` is when step j+1 is scheduled (times[0]
+    now, times[j] the end of step j) and `durations[j-1]` step j's modelled
+    time. The steps' records go to the engine (and its observer), as each
+    step's would. Returns how many steps each request took part in, and the
+    outputs of the requests each step finished (by their length cap), as
+    `update_from_output` makes them; every other output of these steps is one
+    token per request and step."""
+    s: Scheduler = core.scheduler
+    kvm = s.kv_cache_manager
+    pool = kvm.block_pool
+    runner = core.runner
+    shadow = core.shadow
+    engine = core.engine
+    reqs = batch.requests
+    states = runner.requests
+    # The first step's output names the requests finished since the last one:
+    # the runner forgets them then.
+    if s.finished_req_ids:
+        for rid in s.finished_req_ids:
+            states.pop(rid, None)
+            if shadow is not None:
+                shadow.forget(rid)
+        s.finished_req_ids = set()
+    if s.reset_preempted_req_ids:
+        s.reset_preempted_req_ids = set()
+
+    token_at = core.sampler.token_at
+    defer = s.defer_block_free
+    seq0 = s.sched_step_seq
+    max_model_len = s.max_model_len
+    steps = [m if f > m else f for f in batch.finish_step]
+
+    def run_steps(idx: int, r: Request) -> None:
+        """Request `idx`'s counters and shadow KV over its steps in this forward."""
+        n = steps[idx]
+        c = r.num_computed_tokens
+        if shadow is not None:
+            # Reads and writes as the steps make them; no request here has a
+            # bad block, so none of them can report (the times do not matter).
+            table = states[r.request_id].block_ids
+            shadow.read(r.request_id, table, c, times[1])
+            shadow.write(r.request_id, table, c, c + n, times[n])
+            if n > 1:
+                shadow.read(r.request_id, table, c + n - 1, times[n])
+        r.num_computed_tokens = c + n
+        if defer:
+            r.last_sched_seq = seq0 + n
+
+    # Step by step: blocks in the order step-by-step allocation takes them,
+    # then the frees of the requests the step finished.
+    free_after: list[int] = []
+    req_to_blocks = kvm.req_to_blocks
+    outputs: dict[int, list[EngineCoreOutput]] = {}
+    stopped: set[Request] = set()
+    # Blocks are taken from the front of the free queue and frees put blocks
+    # back at the front, so the blocks of the steps up to the next free are
+    # taken in one call, in the same order.
+    want_from = [0] * (m + 2)  # blocks from step j up to the next step with frees (inclusive)
+    for k in range(m, 0, -1):
+        want_from[k] = len(per_step[k]) + (0 if finishing[k] else want_from[k + 1])
+    taken: list = []
+    free = pool.get_num_free_blocks()
+    for j in range(1, m + 1):
+        if j == 1 or finishing[j - 1]:
+            assert not taken
+            taken = pool.get_new_blocks(want_from[j])
+            taken.reverse()  # pop() from the end = the front of the queue first
+        for idx in per_step[j]:
+            r = reqs[idx]
+            block = taken.pop()
+            req_to_blocks[r.request_id].append(block)
+            states[r.request_id].block_ids.append(block.block_id)
+            if shadow is not None:
+                shadow.assign((block.block_id,), r.request_id)
+        free -= len(per_step[j])
+        free_after.append(free)
+        if finishing[j]:
+            if defer:
+                s.sched_step_seq = s.processed_step_seq = seq0 + j
+            step_outputs = outputs[j] = []
+            for idx in finishing[j]:
+                r = reqs[idx]
+                run_steps(idx, r)
+                r._output_token_ids.extend([UNSAMPLED] * (j - 1))
+                token = token_at(r.request_id, r.num_tokens + j - 1)
+                r._output_token_ids.append(token)
+                r.num_tokens += j
+                r._token_source = token_at
+                assert check_stop(r, max_model_len), f"{r.request_id} was expected to finish in step {j}"
+                kv_transfer_params = s._free_request(r)
+                stopped.add(r)
+                step_outputs.append(
+                    EngineCoreOutput(
+                        r.request_id, [token], r.get_finished_reason(), r.stop_reason, kv_transfer_params,
+                        num_preemptions=r.num_preemptions,
+                    )
+                )  # fmt: skip
+            free = pool.get_num_free_blocks()
+            if j < m:
+                # The next step's output names them: the runner forgets them.
+                for idx in finishing[j]:
+                    rid = reqs[idx].request_id
+                    states.pop(rid, None)
+                    if shadow is not None:
+                        shadow.forget(rid)
+                s.finished_req_ids = set()
+    kvm.num_allocate_slots_calls += sum(steps)
+    if defer:
+        s.sched_step_seq = s.processed_step_seq = seq0 + m
+
+    # Everyone else: m tokens. `Request.append_unsampled`, inlined: this is
+    # the per-request cost of a forward.
+    unsampled = [UNSAMPLED] * m
+    finish_step = batch.finish_step
+    if shadow is not None or defer:
+        for idx, r in enumerate(reqs):
+            if finish_step[idx] > m:
+                run_steps(idx, r)
+    for idx, r in enumerate(reqs):
+        if finish_step[idx] <= m:
+            continue
+        if shadow is None and not defer:
+            r.num_computed_tokens += m
+        r._output_token_ids.extend(unsampled)
+        r.num_tokens += m
+        r._token_source = token_at
+    if stopped:
+        s.running = [r for r in s.running if r not in stopped]
+
+    # One record per step, as EngineCore._record and StepLoop._submit fill it.
+    first_index = s.current_step + 1
+    s.current_step += m
+    engine.num_steps += m
+    if engine.record_steps:
+        total = s.get_num_total_gpu_blocks()
+        deferred = s.counters.deferred_free_blocks
+        npre, nzero = s.get_preemption_totals()
+        name = engine.name
+        records: list[StepRecord] = []
+        for j, shape in zip(range(1, m + 1), shapes):
+            b, ctx = shape.batch_size, shape.context_tokens
+            records.append(
+                StepRecord(
+                    name, times[j - 1], first_index + j - 1, b, b, 0, b, b, 0, 0, free_after[j - 1], deferred, total,
+                    1, npre, nzero, durations[j - 1], ctx, ctx, 0,
+                )
+            )  # fmt: skip
+        engine.step_records.extend(records)
+        if engine.on_step is not None:
+            for rec in records:
+                engine.on_step(rec)
+    return steps, outputs
+
+
+# -- one step of steady decode next to the waiting pass ------------------------------------
+@dataclass
+class SteadyPart:
+    """The steady requests of a step scheduled by `schedule_with_steady`."""
+
+    batch: SteadyBatch
+    new_block_ids: list[int | None]  # per request: the block it took in this step
+    starts: list[int]  # per request: its computed tokens before the step
+    token_at: Callable[[str, int], int]
+
+
+def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list[int]]) -> SchedulerOutput:
+    """`Scheduler.schedule()` for a step whose running requests are all in
+    steady decode (one token each, no allocation can fail: `block_plan` for
+    one step fits), with waiting requests: the running pass in bulk, then the
+    real waiting pass. The output carries the steady requests as a
+    `SteadyPart` (`SchedulerOutput.steady`) instead of per-request entries;
+    `total_num_scheduled_tokens` counts them. The model runner and
+    `update_from_output` apply the rest."""
+    s: Scheduler = core.scheduler
+    kvm = s.kv_cache_manager
+    pool = kvm.block_pool
+    s.current_step += 1
+    kvm.new_step_starts()
+    num_running, num_waiting = s.get_request_counts()
+    long_prefill_threshold = s.scheduler_config.long_prefill_token_threshold if num_running + num_waiting > 1 else 0
+    reqs = batch.requests
+    b = len(reqs)
+    # The running pass: one token each, blocks taken in running order.
+    new_ids: list[int | None] = [None] * b
+    req_to_blocks = kvm.req_to_blocks
+    for idx in per_step[1]:
+        new = pool.get_new_blocks(1)
+        req_to_blocks[reqs[idx].request_id].extend(new)
+        new_ids[idx] = new[0].block_id
+    kvm.num_allocate_slots_calls += b
+    scheduled_new_reqs: list[Request] = []
+    scheduled_resumed_reqs: list[Request] = []
+    req_to_new_blocks: dict = {}
+    num_scheduled_tokens: dict[str, int] = {}
+    s._schedule_waiting(
+        s.max_num_scheduled_tokens - b,
+        s.scheduler_config.max_num_batched_tokens - b,
+        False,
+        long_prefill_threshold,
+        scheduled_new_reqs,
+        scheduled_resumed_reqs,
+        req_to_new_blocks,
+        num_scheduled_tokens,
+    )
+    total = b + sum(num_scheduled_tokens.values())
+    assert total <= s.max_num_scheduled_tokens
+    so = SchedulerOutput(
+        scheduled_new_reqs=[
+            NewRequestData(
+                r.request_id,
+                r.num_prompt_tokens,
+                req_to_new_blocks[r.request_id].get_block_ids(),
+                r.num_computed_tokens,
+            )
+            for r in scheduled_new_reqs
+        ],
+        scheduled_cached_reqs=s._make_cached_request_data([], scheduled_resumed_reqs, req_to_new_blocks),
+        num_scheduled_tokens=num_scheduled_tokens,
+        total_num_scheduled_tokens=total,
+        scheduled_spec_decode_tokens={},
+        num_common_prefix_blocks=[0],
+        finished_req_ids=s.finished_req_ids,
+        preempted_req_ids=s.reset_preempted_req_ids,
+        step_index=s.current_step,
+    )
+    starts = [r.num_computed_tokens for r in reqs]
+    so.steady = SteadyPart(batch, new_ids, starts, core.sampler.token_at)
+    if s.connector is not None:
+        so.kv_connector_metadata = s.connector.build_connector_meta(so)
+    if s.defer_block_free:
+        s.sched_step_seq += 1
+    so.sched_step_seq = seq = s.sched_step_seq
+    defer = s.defer_block_free
+    for r in reqs:  # `_update_after_schedule` for the steady requests
+        r.num_computed_tokens += 1
+        r.num_in_flight_tokens += 1
+        if defer:
+            r.last_sched_seq = seq
+    s._update_after_schedule(so)
+    return so
+
+
+def update_steady(part: SteadyPart) -> SteadyTokens:
+    """`update_from_output` for the steady requests of a step: one token each
+    (none can stop: `max_steps` >= 2 when the step was scheduled)."""
+    reqs = part.batch.requests
+    firsts = []
+    token_at = part.token_at
+    for r in reqs:  # `Request.append_unsampled(1, ...)`, inlined
+        r.num_in_flight_tokens -= 1
+        ids = r._output_token_ids
+        firsts.append(len(ids))
+        ids.append(UNSAMPLED)
+        r.num_tokens += 1
+        r._token_source = token_at
+    return SteadyTokens([r.request_id for r in reqs], firsts)

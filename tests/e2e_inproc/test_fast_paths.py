@@ -1,0 +1,223 @@
+"""The fast paths change nothing observable (issue 15): the same scenario
+with them off (`engine.fast_paths.set_enabled(False)`, as
+`DISAGG_SIM_FAST_PATHS=0` does) and on gives bit-for-bit the same results —
+every request's token ids, token times, finish, every step record, every
+node counter (`num_allocate_slots_calls` included), shadow KV findings and
+invariant errors. Only the loop's own event count and the fast-forward's
+statistics may differ.
+
+The steady-decode fast-forward (engine/steady_decode.py,
+cluster/inproc/fast_forward.py) has its own tests below, on scenarios it
+covers most of, and on the corners where it must step aside or stop short.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from cluster.inproc import run_inproc
+from cluster.spec import ClusterSpec
+from engine import fast_paths
+from engine.records import WorkloadRequest
+
+RUNTIME_ONLY = ("num_events", "steps_fast_forwarded")
+
+
+def _both(spec: ClusterSpec, workload: list[WorkloadRequest], seed: int = 0, max_concurrency: int | None = None):
+    out = []
+    for on in (False, True):
+        previous = fast_paths.set_enabled(on)
+        try:
+            out.append(run_inproc(spec, workload, seed=seed, max_concurrency=max_concurrency))
+        finally:
+            fast_paths.set_enabled(previous)
+    return out
+
+
+def _request_view(r) -> tuple:
+    return (
+        r.request_id,
+        r.arrival_time,
+        r.first_scheduled_time,
+        r.remote_kv_wait_start,
+        r.remote_kv_wait_end,
+        list(r.token_times),
+        list(r.output_token_ids),
+        r.finish_time,
+        r.finish_reason,
+        r.num_preemptions,
+    )
+
+
+def assert_identical(plain, fast) -> None:
+    assert plain.duration == fast.duration
+    assert [_request_view(r) for r in plain.requests] == [_request_view(r) for r in fast.requests]
+    assert [s.to_dict() for s in plain.steps] == [s.to_dict() for s in fast.steps]
+    assert plain.node_counters == fast.node_counters
+    assert plain.violations == fast.violations
+    assert plain.invariant_errors == fast.invariant_errors
+    strip = lambda extra: {k: v for k, v in extra.items() if k not in RUNTIME_ONLY}  # noqa: E731
+    assert strip(plain.extra) == strip(fast.extra)
+    assert plain.extra["steps_fast_forwarded"] == 0
+
+
+def random_scenario(rng: random.Random) -> tuple[dict, list[WorkloadRequest], int | None]:
+    """A small cluster and workload drawn from the settings the fast paths
+    look at: topology, async scheduling, pipeline stages, fence, prefix
+    caching, shadow KV, pool size (preemptions), EOS, links, arrivals."""
+    n_prefill = rng.choice([0, 0, 1, 2])
+    blocks = rng.choice([48, 96, 400, 2000])
+    engine = {
+        "num_gpu_blocks": blocks,
+        "block_size": rng.choice([4, 16]),
+        "max_num_seqs": rng.choice([4, 16, 64]),
+        "max_num_batched_tokens": rng.choice([256, 2048]),
+        "max_model_len": rng.choice([512, 2048]),
+        "enable_prefix_caching": rng.random() < 0.3,
+        "policy": rng.choice(["fcfs", "fcfs", "priority"]),
+    }
+    decode_engine = dict(engine, async_scheduling=rng.random() < 0.25, fence=rng.choice(["auto", "auto", "on", "off"]))
+    cluster = {
+        "prefill": {"count": n_prefill, "engine": dict(engine, num_gpu_blocks=2000)},
+        "decode": {"count": rng.choice([1, 1, 2]), "pp_size": rng.choice([1, 1, 1, 2]), "engine": decode_engine},
+        "cost_model": "synthetic-8b",
+        "shadow_kv": rng.random() < 0.5,
+        "routing": rng.choice(["round_robin", "least_loaded"]),
+        "sampler": {"stop_probability": rng.choice([0.0, 0.0, 0.01]), "ignore_eos": rng.random() < 0.2},
+    }
+    if rng.random() < 0.2:
+        cluster["links"] = {"proxy": {"delay_ms": 0.5, "jitter_ms": 0.1}}
+    elif rng.random() < 0.3:
+        cluster["links"] = {"kv": {"delay_ms": 2.0}}
+    n = rng.randint(5, 60)
+    rate = rng.choice([5.0, 20.0, 200.0])
+    t = 0.0
+    workload = []
+    for i in range(n):
+        if rng.random() < 0.9:
+            t += rng.expovariate(rate)
+        workload.append(
+            WorkloadRequest(
+                f"r{i}",
+                round(t, 6),
+                rng.randint(1, 300),
+                rng.randint(1, 200),
+                priority=rng.randint(0, 2),
+            )
+        )
+    max_concurrency = rng.choice([None, None, None, 4])
+    return cluster, workload, max_concurrency
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_fast_paths_change_nothing_on_random_scenarios(seed: int) -> None:
+    rng = random.Random(1000 + seed)
+    cluster, workload, max_concurrency = random_scenario(rng)
+    spec = ClusterSpec.model_validate(cluster)
+    plain, fast = _both(spec, workload, seed=seed, max_concurrency=max_concurrency)
+    assert_identical(plain, fast)
+
+
+# -- the steady-decode fast-forward on its own ---------------------------------------------
+def _steady_cluster(prefill: int, shadow: bool, **engine) -> ClusterSpec:
+    e = {"num_gpu_blocks": 3000, "max_num_seqs": 32, "max_num_batched_tokens": 2048, "enable_prefix_caching": False}
+    e.update(engine)
+    return ClusterSpec.model_validate(
+        {
+            "prefill": {"count": prefill, "engine": dict(e)},
+            "decode": {"count": 1, "engine": dict(e)},
+            "shadow_kv": shadow,
+        }
+    )
+
+
+def _poisson(n: int, rate: float, seed: int, out: tuple[int, int] = (20, 300)) -> list[WorkloadRequest]:
+    rng = random.Random(seed)
+    t = 0.0
+    wl = []
+    for i in range(n):
+        t += rng.expovariate(rate)
+        wl.append(WorkloadRequest(f"q{i}", t, rng.randint(8, 400), rng.randint(*out)))
+    return wl
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("prefill,shadow", [(0, False), (0, True), (1, False), (1, True)])
+def test_steady_decode_fast_forward_is_exact(seed: int, prefill: int, shadow: bool) -> None:
+    """Scenarios where most steps are forwarded: the same results as stepping one by one."""
+    rng = random.Random(seed)
+    spec = _steady_cluster(prefill, shadow, block_size=rng.choice([4, 16]), max_num_seqs=rng.choice([8, 32]))
+    workload = _poisson(rng.randint(20, 80), rng.choice([2.0, 10.0, 40.0]), seed)
+    plain, fast = _both(spec, workload, seed=seed)
+    assert_identical(plain, fast)
+    assert not fast.invariant_errors
+    assert fast.extra["steps_fast_forwarded"] > 0
+
+
+def test_fast_forward_does_most_steps_of_a_light_load() -> None:
+    """Requests arrive slower than they finish: most steps are steady decode."""
+    spec = _steady_cluster(0, True)
+    plain, fast = _both(spec, _poisson(40, 2.0, 11, out=(100, 300)))
+    assert_identical(plain, fast)
+    assert fast.extra["steps_fast_forwarded"] > len(fast.steps) // 2
+
+
+def test_fast_forward_stops_when_blocks_run_out() -> None:
+    """A pool that fills up during steady decode: the forward stops before
+    the allocation that would fail, and the preemptions that follow are
+    the same."""
+    spec = _steady_cluster(0, True, num_gpu_blocks=60, block_size=4, max_num_seqs=4)
+    workload = [WorkloadRequest(f"p{i}", 0.001 * i, 20, 200) for i in range(4)]
+    plain, fast = _both(spec, workload)
+    assert_identical(plain, fast)
+    assert fast.node_counters["decode-0"]["num_preemptions"] > 0
+    assert fast.extra["steps_fast_forwarded"] > 0
+
+
+def test_fast_forward_with_a_closed_loop_backlog() -> None:
+    """With a backlog, the proxy's receipt of a finish starts the next request:
+    the forward must stop at it (and does, exactly)."""
+    spec = _steady_cluster(0, False)
+    workload = _poisson(60, 50.0, 7)
+    plain, fast = _both(spec, workload, max_concurrency=5)
+    assert_identical(plain, fast)
+    assert fast.extra["steps_fast_forwarded"] > 0
+
+
+def test_fast_forward_steps_aside_for_eos_and_async() -> None:
+    """Requests that can stop on a sampled EOS, and async scheduling, are
+    stepped one by one (and still agree)."""
+    for cluster in (
+        {"sampler": {"stop_probability": 0.02}},
+        {
+            "decode": {"count": 1, "engine": {"async_scheduling": True, "enable_prefix_caching": False}},
+            "prefill": {"count": 0},
+        },
+    ):
+        spec = ClusterSpec.model_validate({"prefill": {"count": 0}, "shadow_kv": True, **cluster})
+        plain, fast = _both(spec, _poisson(30, 20.0, 3))
+        assert_identical(plain, fast)
+        assert fast.extra["steps_fast_forwarded"] == 0
+
+
+def test_records_keep_token_runs_checkable() -> None:
+    """Forwarded tokens are kept as runs of output indices: the end-of-run
+    check still finds a gap."""
+    from cluster.invariants import check_tokens
+    from engine.records import RequestRecord, TokenIds
+    from engine.sampler import DeterministicSampler
+
+    token_at = DeterministicSampler(0).token_at
+    rec = RequestRecord("x", 0.0, 10, 6)
+    ids = TokenIds([token_at("x", 10)])
+    ids.add_run(token_at, "x", 10, 1, 3)
+    ids.extend([token_at("x", 14), token_at("x", 15)])
+    rec.output_token_ids, rec.token_times, rec.finish_reason = ids, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "length"
+    assert ids == [token_at("x", 10 + i) for i in range(6)]
+    assert check_tokens(rec, token_at, 2) == []
+    gap = TokenIds([token_at("x", 10)])
+    gap.add_run(token_at, "x", 10, 2, 5)  # index 1 missing
+    rec.output_token_ids = gap
+    assert any("token 1" in e for e in check_tokens(rec, token_at, 2))
