@@ -188,10 +188,10 @@ class SimModelRunner:
         steady = plan.steady
         if shadow is not None and steady is not None:
             states = self.requests
+            decode = shadow.decode
             for r, start in zip(steady.batch.requests, steady.starts):
-                table = states[r.request_id].block_ids
-                shadow.read(r.request_id, table, start, now)
-                shadow.write(r.request_id, table, start, start + 1, now)
+                rid = r.request_id
+                decode(rid, states[rid].block_ids, start, 1, now, now)
         for req_id, table, start, n, samples in plan.entries:
             if shadow is not None:
                 if start:

@@ -18,6 +18,14 @@ names. A full block records the hash of what its writer wrote (asked of
 on a block whose content is not what its hash says is a corruption
 ("read_hit_mismatch") — and a block handed to a new owner, or written by
 someone else, turns bad for every reader too.
+
+Slot tags are kept per block as a range while they can be (fast paths on): a
+block its owner filled from slot 0 in order holds tags (owner, base + s) for
+s < owned, so it needs no slot list — just `base`, the position of its slot 0.
+A block gets an explicit tag list (`slots`) only when something leaves that
+shape: a write past a gap or through another table index, a foreign write, a
+swap-in. Both forms give the same findings; the range form makes a decode
+step's write a few integer updates instead of a tag per token.
 """
 
 from __future__ import annotations
@@ -57,9 +65,14 @@ class ShadowKVStore:
         self.readers: dict[int, dict[str, int | None]] = {}
         self._shared_with: dict[str, list[int]] = {}
         self.owner: list[str | None] = [None] * num_blocks
-        # Slot tags: (request id, position) or None. A block's slot list is
-        # allocated lazily to keep big idle pools cheap.
+        # Slot tags: (request id, position) or None. `slots[b] is None` is the
+        # range form: slots [0, owned[b]) hold (owner[b], base[b] + s) and no
+        # slot holds foreign content; otherwise `slots[b]` lists every tag.
         self.slots: list[list | None] = [None] * num_blocks
+        self.base: list[int] = [0] * num_blocks
+        # With the fast paths off every written block gets its tag list (the
+        # plain form), so tests can compare both forms run against run.
+        self._ranges = fast_paths.enabled()
         self.owned: list[int] = [0] * num_blocks  # slots holding the owner's content
         self.foreign: list[int] = [0] * num_blocks  # slots holding someone else's
         # Blocks in which a request will find content that is not its own: the
@@ -101,13 +114,26 @@ class ShadowKVStore:
 
     def assign(self, block_ids, request_id: str) -> None:
         owner = self.owner
+        bad_of = self._bad
+        readers = self.readers
+        mine = bad_of.get(request_id)
         for b in block_ids:
             old = owner[b]
             if old != request_id:
                 # The previous owner (and readers) may still read it through a stale table.
-                self._mark_bad(old, b)
-                self._drop_readers(b)
-                self._clear_bad(request_id, b)
+                if old is not None:
+                    bad = bad_of.get(old)
+                    if bad is None:
+                        bad = bad_of[old] = set()
+                    bad.add(b)
+                if b in readers:
+                    self._drop_readers(b)
+                    mine = bad_of.get(request_id)  # a reader taking the block over was marked too
+                if mine is not None:
+                    mine.discard(b)
+                    if not mine:
+                        del bad_of[request_id]
+                        mine = None
                 owner[b] = request_id
                 self.slots[b] = None
                 self.owned[b] = 0
@@ -147,9 +173,23 @@ class ShadowKVStore:
                 if not readers:
                     del self.readers[block]
 
+    def _materialize(self, block: int) -> list:
+        """The block's tag list, made from its range form if it has none."""
+        slots = self.slots[block]
+        if slots is None:
+            bs = self.block_size
+            slots = self.slots[block] = [None] * bs
+            owner, base = self.owner[block], self.base[block]
+            for s in range(self.owned[block]):
+                slots[s] = (owner, base + s)
+        return slots
+
     def snapshot_block(self, block: int) -> list | None:
         slots = self.slots[block]
-        return list(slots) if slots is not None else None
+        if slots is None:
+            # Range form: nothing written since the block was assigned is None.
+            return self._materialize(block).copy() if self.owned[block] else None
+        return list(slots)
 
     def restore_block(self, block: int, content: list | None) -> None:
         """Copy saved slot tags into `block` (a swap-in): they count as the
@@ -168,25 +208,29 @@ class ShadowKVStore:
         """Write KV for positions [start, end) through `block_table`."""
         bs = self.block_size
         pos = start
+        owner, owned, slots_of, base = self.owner, self.owned, self.slots, self.base
         while pos < end:
             idx = pos // bs
             block = block_table[idx]
             stop = min(end, (idx + 1) * bs)
-            slots = self.slots[block]
-            if slots is None:
-                slots = self.slots[block] = [None] * bs
-            mine = self.owner[block] == request_id
-            if mine and not self.foreign[block] and fast_paths.enabled():
-                # The common write, exactly: the owner fills slots nobody has
-                # written (a step's new tokens), so every tag is new and its own.
-                a, b = pos - idx * bs, stop - idx * bs
-                if slots[a:b].count(None) == b - a:
-                    slots[a:b] = [(request_id, p) for p in range(pos, stop)]
-                    self.owned[block] += b - a
-                    if self.expected_hash is not None and self.owned[block] == bs:
+            mine = owner[block] == request_id
+            if mine and slots_of[block] is None and self._ranges:
+                # Range form: the owner extends (or rewrites) its filled prefix.
+                a, e, f = pos - idx * bs, stop - idx * bs, owned[block]
+                if f == 0 and a == 0:
+                    base[block] = idx * bs
+                    f = -1  # so that the write below counts all of [0, e)
+                if f < 0 or (base[block] == idx * bs and a <= f):
+                    if e > f:
+                        owned[block] = e
+                    if self.expected_hash is not None and owned[block] == bs:
+                        # The block holds its writer's full content: remember what it is.
                         self.content[block] = self.expected_hash(request_id, idx)
                     pos = stop
                     continue
+            slots = self._materialize(block) if self._ranges else slots_of[block]
+            if slots is None:
+                slots = slots_of[block] = [None] * bs
             if not mine:
                 self.num_stale_writes += 1
                 self._report("stale_write", now, block, request_id, pos)
@@ -198,24 +242,24 @@ class ShadowKVStore:
                 if old == new:
                     continue
                 if old is not None:
-                    if old[0] == self.owner[block]:
-                        self.owned[block] -= 1
+                    if old[0] == owner[block]:
+                        owned[block] -= 1
                         if not mine:
                             self.num_clobbered_slots += 1
                     else:
                         self.foreign[block] -= 1
                 slots[s] = new
                 if mine:
-                    self.owned[block] += 1
+                    owned[block] += 1
                 else:
                     self.foreign[block] += 1
             if self.foreign[block] and not had_foreign:
-                self._mark_bad(self.owner[block], block)
+                self._mark_bad(owner[block], block)
                 self.content[block] = None
                 self._drop_readers(block)
             elif had_foreign and not self.foreign[block]:
-                self._clear_bad(self.owner[block], block)
-            if mine and self.expected_hash is not None and self.owned[block] == bs and not self.foreign[block]:
+                self._clear_bad(owner[block], block)
+            if mine and self.expected_hash is not None and owned[block] == bs and not self.foreign[block]:
                 # The block holds its writer's full content: remember what it is.
                 self.content[block] = self.expected_hash(request_id, idx)
             pos = stop
@@ -227,6 +271,8 @@ class ShadowKVStore:
         content only needs checking past what an earlier read of the same
         table verified (content does not disappear without making a block bad)."""
         bs = self.block_size
+        if request_id not in self._bad and self._clean(request_id, block_table, num_tokens):
+            return True
         ok = True
         full_blocks, tail = divmod(num_tokens, bs)
         nblocks = full_blocks + (1 if tail else 0)
@@ -262,6 +308,79 @@ class ShadowKVStore:
                 good_upto = min(good_upto, idx * bs)
         self._verified[request_id] = (block_table, good_upto)
         return ok
+
+    def _clean(self, request_id: str, block_table: list[int], num_tokens: int) -> bool:
+        """`read` for a request with no bad block whose unverified blocks are
+        all its own and filled far enough: nothing to report, so only the
+        verified mark moves. False (and nothing changed) otherwise."""
+        bs = self.block_size
+        verified = self._verified.get(request_id)
+        idx = verified[1] // bs if verified is not None and verified[0] is block_table else 0
+        full_blocks, tail = divmod(num_tokens, bs)
+        nblocks = full_blocks + (1 if tail else 0)
+        owner, owned = self.owner, self.owned
+        while idx < nblocks:
+            block = block_table[idx]
+            if owner[block] != request_id or owned[block] < (bs if idx < full_blocks else tail):
+                return False
+            idx += 1
+        self._verified[request_id] = (block_table, num_tokens)
+        return True
+
+    def decode(
+        self, request_id: str, block_table: list[int], start: int, n: int, t_read: float, t_write: float
+    ) -> None:
+        """A request's `n` decode steps from position `start`, exactly as
+        `read(start)` at `t_read`, `write(start, start + n)` at `t_write` and,
+        when n > 1, `read(start + n - 1)` at `t_write`; the clean case of a
+        range-form block costs a few integer updates."""
+        bs = self.block_size
+        owner, owned = self.owner, self.owned
+        clean = request_id not in self._bad
+        if clean:
+            # `_clean`, inlined: this runs once per running request and step.
+            verified = self._verified.get(request_id)
+            idx = verified[1] // bs if verified is not None and verified[0] is block_table else 0
+            full_blocks, tail = divmod(start, bs)
+            nblocks = full_blocks + (1 if tail else 0)
+            while idx < nblocks:
+                block = block_table[idx]
+                if owner[block] != request_id or owned[block] < (bs if idx < full_blocks else tail):
+                    clean = False
+                    break
+                idx += 1
+        if clean:
+            self._verified[request_id] = (block_table, start)
+        else:
+            self.read(request_id, block_table, start, t_read)
+        end = start + n
+        if n <= 0:
+            return
+        idx = start // bs
+        block = block_table[idx]
+        a = start - idx * bs
+        e = a + n
+        f = owned[block]
+        if (
+            e <= bs
+            and owner[block] == request_id
+            and self.slots[block] is None
+            and self._ranges
+            and ((f == 0 and a == 0) or (0 < f and a <= f and self.base[block] == idx * bs))
+        ):
+            # `write`'s range form, inlined: one block, the owner's filled prefix grows.
+            if f == 0:
+                self.base[block] = idx * bs
+            if e > f:
+                owned[block] = e
+                if e == bs and self.expected_hash is not None:
+                    self.content[block] = self.expected_hash(request_id, idx)
+            elif f == bs and self.expected_hash is not None:
+                self.content[block] = self.expected_hash(request_id, idx)
+        else:
+            self.write(request_id, block_table, start, end, t_write)
+        if n > 1:
+            self.read(request_id, block_table, end - 1, t_write)
 
     def summary(self) -> dict:
         return {

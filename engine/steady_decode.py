@@ -247,11 +247,7 @@ def advance(
         if shadow is not None:
             # Reads and writes as the steps make them; no request here has a
             # bad block, so none of them can report (the times do not matter).
-            table = states[r.request_id].block_ids
-            shadow.read(r.request_id, table, c, times[1])
-            shadow.write(r.request_id, table, c, c + n, times[n])
-            if n > 1:
-                shadow.read(r.request_id, table, c + n - 1, times[n])
+            shadow.decode(r.request_id, states[r.request_id].block_ids, c, n, times[1], times[n])
         r.num_computed_tokens = c + n
         if defer:
             r.last_sched_seq = seq0 + n
