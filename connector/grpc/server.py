@@ -237,9 +237,16 @@ class _KVHandoffServicer(pb_grpc.KVHandoffServicer):
             await self._refuse(context, *refusal)
         handler.active_pulls += 1
         handler.peak_active_pulls = max(handler.peak_active_pulls, handler.active_pulls)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._max_stream_s
         try:
-            async with asyncio.timeout(self._max_stream_s):
+            async with asyncio.timeout_at(deadline):
                 for chunk in encode_chunks(blocks, chunk_bytes):
+                    # Also checked between writes: a cancellation that lands
+                    # while grpc finishes a write can be absorbed by it, and
+                    # the stream must still end at its bound.
+                    if loop.time() >= deadline:
+                        raise TimeoutError
                     await context.write(chunk)
         except TimeoutError:
             await self._refuse(context, grpc.StatusCode.DEADLINE_EXCEEDED, "stream took too long")
