@@ -297,15 +297,7 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
         assert total_num_scheduled_tokens <= self.max_num_scheduled_tokens
         assert len(self.running) <= self.max_num_running_reqs
 
-        new_reqs_data = [
-            NewRequestData(
-                req.request_id,
-                req.num_prompt_tokens,
-                req_to_new_blocks[req.request_id].get_block_ids(),
-                req.num_computed_tokens,
-            )
-            for req in scheduled_new_reqs
-        ]
+        new_reqs_data = self._make_new_request_data(scheduled_new_reqs, req_to_new_blocks)
         cached = self._make_cached_request_data(scheduled_running_reqs, scheduled_resumed_reqs, req_to_new_blocks)
         scheduler_output = SchedulerOutput(
             scheduled_new_reqs=new_reqs_data,
@@ -325,6 +317,18 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
         scheduler_output.sched_step_seq = self.sched_step_seq
         self._update_after_schedule(scheduler_output)
         return scheduler_output
+
+    @staticmethod
+    def _make_new_request_data(reqs: list[Request], req_to_new_blocks: dict) -> list[NewRequestData]:
+        return [
+            NewRequestData(
+                req.request_id,
+                req.num_prompt_tokens,
+                req_to_new_blocks[req.request_id].get_block_ids(),
+                req.num_computed_tokens,
+            )
+            for req in reqs
+        ]
 
     def _make_cached_request_data(
         self,

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .cost_model import StepShape
-from .outputs import EngineCoreOutput, NewRequestData, SchedulerOutput, SteadyTokens
+from .outputs import EngineCoreOutput, SchedulerOutput, SteadyTokens
 from .records import StepRecord
 from .request import UNSAMPLED, Request, RequestStatus
 from .scheduler import Scheduler
@@ -411,15 +411,7 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
     total = b + sum(num_scheduled_tokens.values())
     assert total <= s.max_num_scheduled_tokens
     so = SchedulerOutput(
-        scheduled_new_reqs=[
-            NewRequestData(
-                r.request_id,
-                r.num_prompt_tokens,
-                req_to_new_blocks[r.request_id].get_block_ids(),
-                r.num_computed_tokens,
-            )
-            for r in scheduled_new_reqs
-        ],
+        scheduled_new_reqs=s._make_new_request_data(scheduled_new_reqs, req_to_new_blocks),
         scheduled_cached_reqs=s._make_cached_request_data([], scheduled_resumed_reqs, req_to_new_blocks),
         num_scheduled_tokens=num_scheduled_tokens,
         total_num_scheduled_tokens=total,
