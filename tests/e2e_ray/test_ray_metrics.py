@@ -79,7 +79,8 @@ def observed(ray_cluster):
         links={"kv": {"delay_ms": 1.0}},
         time_scale=0.05,
     )
-    observer = RayLiveObserver(["prefill-0", "decode-0"], metrics_port=0, log_interval=0.5)
+    # Short: the prefill node works for well under a second of the run.
+    observer = RayLiveObserver(["prefill-0", "decode-0"], metrics_port=0, log_interval=0.1)
     urls = dict(observer.urls)
     scraper = LiveScraper(urls)
     catcher = LineCatcher()
