@@ -197,6 +197,26 @@ class DelayLine:
         self.delivered_bytes += nbytes
         return arrival
 
+    def transit_ideal_run(self, times: list[float], sizes: list[int]) -> bool:
+        """`transit(t, n)` for each (t, n) at once, when that is plain
+        arithmetic: an ideal line with no fault window, sent in time order
+        no earlier than anything before. Every message then arrives when it
+        is sent; the counters and the random stream (a fixed number of
+        draws per message) end where message-by-message sending leaves
+        them. False (nothing done) when the shortcut does not apply."""
+        if not times or not self.spec.is_ideal or self.fault_windows:
+            return False
+        if times[0] < self._wire_free or times[0] < self._last_arrival or any(a > b for a, b in zip(times, times[1:])):
+            return False
+        draws = len(times) * (3 if self.spec.jitter_distribution == "normal" else 2)
+        rand = self._rng.random
+        for _ in range(draws):
+            rand()
+        self.sent += len(times)
+        self.delivered_bytes += sum(sizes)
+        self._wire_free = self._last_arrival = times[-1]
+        return True
+
     def _sample_delay_ms(self) -> float:
         spec = self.spec
         if spec.jitter_distribution == "normal":
@@ -279,3 +299,11 @@ class ReliableLine:
             self.retransmissions += 1
             t, rto = t + rto, min(rto * 2, RTO_MAX_S)
         return None
+
+    def transit_all(self, times: list[float], sizes: list[int]) -> list[float | None]:
+        """`transit` of each (t, n) in turn; in bulk on an ideal line
+        (`DelayLine.transit_ideal_run`), where every message arrives when sent."""
+        if times and times[0] >= self._last and self.line.transit_ideal_run(times, sizes):
+            self._last = times[-1]
+            return list(times)
+        return [self.transit(t, n) for t, n in zip(times, sizes)]

@@ -73,12 +73,19 @@ class FreeBlockQueue:
         self._len -= 1
 
     def popleft_n(self, n: int) -> list[KVCacheBlock]:
+        """The first `n` blocks, unlinked as one run (the hot path of every
+        allocation: one walk, no call per block)."""
+        nxt, prev, blocks = self._next, self._prev, self._blocks
         out = []
-        nxt, blocks = self._next, self._blocks
+        i = nxt[self._head]
         for _ in range(n):
-            i = nxt[self._head]
-            self._unlink(i)
             out.append(blocks[i])
+            j = nxt[i]
+            nxt[i] = prev[i] = -1
+            i = j
+        nxt[self._head] = i
+        prev[i] = self._head
+        self._len -= n
         return out
 
     def remove(self, block: KVCacheBlock) -> None:

@@ -71,6 +71,8 @@ class EngineCore:
         self.runner = runner
         self.depth = max_concurrent_batches
         self.batch_queue: deque[StepPlan] = deque()
+        # Finished requests to retire in the runner once the step named is processed.
+        self._to_retire: deque[tuple[StepPlan, list[str]]] = deque()
         self.worker_has_output = worker_has_output
         self.pending_aborts: list[str] = []
         self.record_steps = record_steps
@@ -120,6 +122,14 @@ class EngineCore:
         """The rest of `schedule_step` for a scheduled step (also one the
         steady-decode fast path scheduled, engine/steady_decode.py)."""
         plan = self.runner.begin_step(so)
+        if so.finished_req_ids and self.runner.retires:
+            # The requests this step's output names as finished are in no
+            # step scheduled from now on; the ones in flight may still read them.
+            if self.batch_queue:
+                self._to_retire.append((self.batch_queue[-1], list(so.finished_req_ids)))
+            else:
+                for req_id in so.finished_req_ids:
+                    self.runner.retire(req_id)
         if (
             so.total_num_scheduled_tokens == 0
             and not self._carries_work(plan)
@@ -144,6 +154,9 @@ class EngineCore:
 
     def process_oldest(self, model_runner_output: ModelRunnerOutput) -> list[EngineCoreOutput]:
         plan = self.batch_queue.popleft()
+        while self._to_retire and self._to_retire[0][0] is plan:
+            for req_id in self._to_retire.popleft()[1]:
+                self.runner.retire(req_id)
         if self.pending_aborts:
             aborts, self.pending_aborts = self.pending_aborts, []
             self.scheduler.finish_requests(aborts, RequestStatus.FINISHED_ABORTED)

@@ -77,9 +77,14 @@ class SimModelRunner:
         shadow: ShadowKVStore | None = None,
         swaps: Callable[[SchedulerOutput], SwapMappings] | None = None,
         prefix_caching: bool = False,
+        retire_finished: bool = False,
     ) -> None:
         self.sampler = sampler
         self.shadow = shadow
+        # Whether a finished request's blocks are never read again once no
+        # step in flight includes it (not so on a KV producer: a pull reads a
+        # finished prompt's blocks), so the shadow store may stop tracking it.
+        self.retires = shadow is not None and retire_finished
         # With prefix caching, the blocks of a (re-)admitted request's computed
         # tokens are cache hits; without it, they are its own (a landed KV
         # load, or v0's swapped-in blocks).
@@ -101,9 +106,7 @@ class SimModelRunner:
         # Preempted requests keep their state (vLLM's runner does too): they
         # come back as resumed requests with a fresh block table.
         for req_id in so.finished_req_ids:
-            reqs.pop(req_id, None)
-            if shadow is not None:
-                shadow.forget(req_id)
+            self.forget(req_id)
         computed_before: dict[str, int] = {}
         bs = shadow.block_size if shadow is not None else 1
         caching = self.prefix_caching
@@ -172,6 +175,19 @@ class SimModelRunner:
             batch_size += b
         plan.shape = StepShape(prefill, decode, context, batch_size, decode_context, pairs)
         return plan
+
+    def forget(self, req_id: str) -> None:
+        """A finished request: its block table goes (and the shadow store's read cache)."""
+        self.requests.pop(req_id, None)
+        if self.shadow is not None:
+            self.shadow.forget(req_id)
+
+    def retire(self, req_id: str) -> None:
+        """A forgotten request no step in flight includes: the shadow store
+        stops tracking it (`ShadowKVStore.retire`), unless a pull may still
+        read its blocks here. The engine says when (`EngineCore.queue_step`)."""
+        if self.retires:
+            self.shadow.retire(req_id)  # type: ignore[union-attr]  # `retires` implies a store
 
     def register_load(self, request_id: str, block_ids: list[int]) -> None:
         """The target blocks of a KV load belong to `request_id` from now on."""

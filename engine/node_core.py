@@ -104,7 +104,11 @@ class NodeCore:
         )
         swaps = self.scheduler.get_swap_mappings if self.is_v0 and spec.num_cpu_blocks else None
         self.runner = SimModelRunner(
-            self.sampler, self.shadow, swaps, prefix_caching=not self.is_v0 and spec.cache.enable_prefix_caching
+            self.sampler,
+            self.shadow,
+            swaps,
+            prefix_caching=not self.is_v0 and spec.cache.enable_prefix_caching,
+            retire_finished=spec.kv_role in (None, "kv_consumer"),
         )
         self.engine = EngineCore(
             spec.name,

@@ -79,6 +79,9 @@ class ShadowKVStore:
         # block went to someone else, or someone else wrote into it. Kept
         # incrementally so a read costs O(1) for a clean request.
         self._bad: dict[str, set[int]] = {}
+        # Requests no step can read for any more (`retire`): their blocks'
+        # later fates are not tracked for them.
+        self._retired: set[str] = set()
         # Per request: (block table object, tokens already verified present).
         self._verified: dict[str, tuple[list[int], int]] = {}
         self.violations: list[Violation] = []
@@ -98,7 +101,7 @@ class ShadowKVStore:
             self.violations.append(Violation(kind, now, block, req, self.owner[block], pos))
 
     def _mark_bad(self, request_id: str | None, block: int) -> None:
-        if request_id is not None:
+        if request_id is not None and request_id not in self._retired:
             bad = self._bad.get(request_id)
             if bad is None:
                 bad = self._bad[request_id] = set()
@@ -116,12 +119,13 @@ class ShadowKVStore:
         owner = self.owner
         bad_of = self._bad
         readers = self.readers
+        retired = self._retired
         mine = bad_of.get(request_id)
         for b in block_ids:
             old = owner[b]
             if old != request_id:
                 # The previous owner (and readers) may still read it through a stale table.
-                if old is not None:
+                if old is not None and old not in retired:
                     bad = bad_of.get(old)
                     if bad is None:
                         bad = bad_of[old] = set()
@@ -172,6 +176,16 @@ class ShadowKVStore:
                 readers.pop(request_id, None)
                 if not readers:
                     del self.readers[block]
+
+    def retire(self, request_id: str) -> None:
+        """A finished request that no step can read for any more (none in
+        flight includes it, and no KV pull will read its blocks): its
+        bad-block set goes, and none is kept for it from now on. Without
+        this a long run keeps one entry per block ever reused from a
+        finished request. What any read finds is unchanged: it has no reads left."""
+        self.forget(request_id)
+        self._bad.pop(request_id, None)
+        self._retired.add(request_id)
 
     def _materialize(self, block: int) -> list:
         """The block's tag list, made from its range form if it has none."""

@@ -227,9 +227,8 @@ def advance(
     # the runner forgets them then.
     if s.finished_req_ids:
         for rid in s.finished_req_ids:
-            states.pop(rid, None)
-            if shadow is not None:
-                shadow.forget(rid)
+            runner.forget(rid)
+            runner.retire(rid)  # no step is in flight
         s.finished_req_ids = set()
     if s.reset_preempted_req_ids:
         s.reset_preempted_req_ids = set()
@@ -306,9 +305,8 @@ def advance(
                 # The next step's output names them: the runner forgets them.
                 for idx in finishing[j]:
                     rid = reqs[idx].request_id
-                    states.pop(rid, None)
-                    if shadow is not None:
-                        shadow.forget(rid)
+                    runner.forget(rid)
+                    runner.retire(rid)
                 s.finished_req_ids = set()
     kvm.num_allocate_slots_calls += sum(steps)
     if defer:

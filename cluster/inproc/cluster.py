@@ -263,7 +263,7 @@ class InProcCluster(FaultsMixin):
         of the first step, before any finish (the proxy's receipt of the
         outputs before these is due now)."""
         line = self._proxy_links[node.name][1]
-        arrivals = [line.transit(t, OUTPUT_BYTES * n) for t, n in zip(ends, sizes)]  # ideal: arrival == t
+        arrivals = line.transit_all(ends, [OUTPUT_BYTES * n for n in sizes])  # ideal: arrival == t
         assert arrivals == ends, "the fast-forward runs only over an ideal proxy link"
         last_elsewhere = {ev.request_id for events in finished.values() for ev in events}
         if last_elsewhere:

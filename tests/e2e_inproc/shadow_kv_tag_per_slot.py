@@ -151,6 +151,11 @@ class ShadowKVStore:
                 if not readers:
                     del self.readers[block]
 
+    def retire(self, request_id: str) -> None:
+        """Only `forget`: this store keeps every bad-block set, so comparing
+        it with `engine.shadow_kv` also checks that retiring changes no finding."""
+        self.forget(request_id)
+
     def snapshot_block(self, block: int) -> list | None:
         slots = self.slots[block]
         return list(slots) if slots is not None else None

@@ -68,3 +68,51 @@ def test_aborts_wait_for_the_next_output():
     assert r.request_id in core.scheduler.requests  # not yet
     core.process_oldest(core.runner.finish_step(p1, 1.0))
     assert r.is_finished() and r.status.name == "FINISHED_ABORTED"
+
+
+def _shadow_core(depth: int) -> EngineCore:
+    from engine.shadow_kv import ShadowKVStore
+
+    s = create_scheduler(async_scheduling=depth > 1, num_blocks=100)
+    runner = SimModelRunner(DeterministicSampler(0), ShadowKVStore(100, 16), retire_finished=True)
+    return EngineCore("n", s, runner, depth)
+
+
+def test_a_finished_request_is_retired_only_when_no_step_in_flight_includes_it():
+    core = _shadow_core(2)
+    shadow = core.runner.shadow
+    (r,) = create_requests(1, num_tokens=16, max_tokens=2, ignore_eos=True)
+    (other,) = create_requests(1, num_tokens=16, max_tokens=50, ignore_eos=True, req_ids=["long"])
+    core.add_request(r)
+    core.add_request(other)  # keeps steps coming after r's finish
+    t = 0.0
+    while r.request_id not in core.scheduler.finished_req_ids:
+        if not core.queue_full and (plan := core.schedule_step(t)) is not None:
+            continue  # keep the queue full
+        core.process_oldest(core.runner.finish_step(core.oldest(), t))
+        t += 1.0
+    # The step after the one that finished it was scheduled before its finish:
+    # it is in flight, so the next step that names the finish cannot retire it yet.
+    in_flight = list(core.batch_queue)
+    assert in_flight
+    named = core.schedule_step(t)
+    assert named is not None and r.request_id in named.scheduler_output.finished_req_ids
+    assert r.request_id not in shadow._retired
+    for plan in in_flight:
+        core.process_oldest(core.runner.finish_step(plan, t))
+    assert r.request_id in shadow._retired
+
+
+def test_without_a_step_in_flight_the_finish_retires_at_once_and_a_producer_never_retires():
+    core = _shadow_core(1)
+    (r,) = create_requests(1, num_tokens=16, max_tokens=1, ignore_eos=True)
+    core.add_request(r)
+    plan = core.schedule_step(0.0)
+    core.process_oldest(core.runner.finish_step(plan, 0.0))
+    core.schedule_step(1.0)  # names the finish; nothing is in flight
+    assert r.request_id in core.runner.shadow._retired
+    from engine.shadow_kv import ShadowKVStore
+
+    producer = SimModelRunner(DeterministicSampler(0), ShadowKVStore(100, 16), retire_finished=False)
+    producer.retire("x")
+    assert not producer.retires and "x" not in producer.shadow._retired  # a pull may still read its blocks

@@ -206,3 +206,31 @@ def test_directions_have_independent_streams_and_optionally_their_own_spec():
     ]
     with pytest.raises(ValueError):
         link.transit(0.0, 0, "sideways")
+
+
+@pytest.mark.parametrize("distribution", ["normal", "uniform"])
+def test_transit_all_in_bulk_on_an_ideal_line_leaves_what_message_by_message_leaves(distribution):
+    from connector.link import ReliableLine
+
+    spec = LinkSpec(jitter_distribution=distribution)
+    bulk, single = (ReliableLine(Link(spec, seed=3).reverse) for _ in range(2))
+    times, sizes = [0.5, 0.5, 0.75, 1.0], [10, 20, 30, 40]
+    assert bulk.transit_all(times, sizes) == times
+    assert [single.transit(t, n) for t, n in zip(times, sizes)] == times
+    for a, b in ((bulk, single), (bulk.line, single.line)):
+        assert {k: v for k, v in vars(a).items() if k not in ("line", "_rng")} == {
+            k: v for k, v in vars(b).items() if k not in ("line", "_rng")
+        }
+    assert bulk.line._rng.random() == single.line._rng.random()  # the same draws were made
+
+
+def test_transit_all_sends_one_by_one_where_the_bulk_path_does_not_apply():
+    from connector.link import ReliableLine
+
+    delayed = ReliableLine(Link(LinkSpec(delay_ms=5.0), seed=1).forward)
+    assert delayed.transit_all([1.0, 2.0], [1, 1]) == pytest.approx([1.005, 2.005])
+    faulted = ReliableLine(Link(LinkSpec(), seed=1).forward)
+    faulted.line.add_fault(0.0, 10.0, loss=1.0)  # a partition: resent until it heals
+    assert faulted.transit_all([1.0], [1]) == [10.0]
+    out_of_order = ReliableLine(Link(LinkSpec(), seed=1).forward)
+    assert out_of_order.transit_all([2.0, 1.0], [1, 1]) == [2.0, 2.0]  # FIFO: the second waits for the first

@@ -80,3 +80,16 @@ def test_swap_snapshot_and_restore_round_trip():
     s.assign([5], "a")
     s.restore_block(5, saved)
     assert s.read("a", [5], 4, now=1.0)
+
+
+def test_a_retired_request_is_no_longer_tracked_when_its_blocks_move_on():
+    s = ShadowKVStore(num_blocks=8, block_size=4)
+    s.assign([1, 2], "a")
+    s.write("a", [1, 2], 0, 8, now=0.0)
+    s.assign([1], "b")  # a finished, but a step in flight may still read block 1 through a's table
+    assert s._bad == {"a": {1}}
+    s.retire("a")  # no step can read for a any more
+    s.assign([2], "c")
+    assert s._bad == {}  # neither block 1 (dropped) nor block 2 (never marked) is kept for a
+    s.write("c", [2], 0, 4, now=1.0)
+    assert s.read("c", [2], 4, now=2.0) and s.num_corruptions == 0
