@@ -204,7 +204,7 @@ class SimModelRunner:
         steady = plan.steady
         if shadow is not None and steady is not None:
             states = self.requests
-            decode = shadow.decode
+            decode = shadow.decode_later
             for r, start in zip(steady.batch.requests, steady.starts):
                 rid = r.request_id
                 decode(rid, states[rid].block_ids, start, 1, now, now)

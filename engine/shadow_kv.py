@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from . import fast_paths
+from .shadow_kv_decode import DecodeChains
 
 
 @dataclass
@@ -49,7 +50,7 @@ class Violation:
         return asdict(self)
 
 
-class ShadowKVStore:
+class ShadowKVStore(DecodeChains):
     def __init__(
         self,
         num_blocks: int,
@@ -85,6 +86,8 @@ class ShadowKVStore:
         # Per request: (block table object, tokens already verified present).
         self._verified: dict[str, tuple[list[int], int]] = {}
         self.violations: list[Violation] = []
+        self._chain = {}
+        self._pending = {}
         self.max_violations_kept = max_violations_kept
         self.num_stale_writes = 0
         self.num_clobbered_slots = 0
@@ -102,6 +105,7 @@ class ShadowKVStore:
 
     def _mark_bad(self, request_id: str | None, block: int) -> None:
         if request_id is not None and request_id not in self._retired:
+            self._chain.pop(request_id, None)
             bad = self._bad.get(request_id)
             if bad is None:
                 bad = self._bad[request_id] = set()
@@ -120,10 +124,18 @@ class ShadowKVStore:
         bad_of = self._bad
         readers = self.readers
         retired = self._retired
+        # The request's own pending decode stays: it wrote only blocks it
+        # already had, and its later writes into these come after this.
+        pending, chain = self._pending, self._chain
         mine = bad_of.get(request_id)
         for b in block_ids:
             old = owner[b]
             if old != request_id:
+                if old in chain:
+                    # The block leaves a chained request: apply what it wrote first.
+                    if pending:
+                        self.settle(old)  # type: ignore[arg-type]  # in `chain`: not None
+                    chain.pop(old, None)  # type: ignore[arg-type]
                 # The previous owner (and readers) may still read it through a stale table.
                 if old is not None and old not in retired:
                     bad = bad_of.get(old)
@@ -147,6 +159,10 @@ class ShadowKVStore:
     def share(self, block_ids, request_id: str, first_index: int = 0) -> None:
         """`request_id` hit these blocks (block indices from `first_index`) in
         the prefix cache: it will read them expecting its own hashes."""
+        if not block_ids:
+            return
+        if self._pending:
+            self.settle_all()
         owner = self.owner
         expected = self.expected_hash
         for i, b in enumerate(block_ids):
@@ -169,6 +185,8 @@ class ShadowKVStore:
         """Drop a finished request's read cache. Its bad-block set stays: a
         step still in flight may read through its old table and must be
         caught."""
+        self.settle(request_id)
+        self._chain.pop(request_id, None)
         self._verified.pop(request_id, None)
         for block in self._shared_with.pop(request_id, ()):
             readers = self.readers.get(block)
@@ -199,6 +217,8 @@ class ShadowKVStore:
         return slots
 
     def snapshot_block(self, block: int) -> list | None:
+        if self._pending:
+            self.settle_all()
         slots = self.slots[block]
         if slots is None:
             # Range form: nothing written since the block was assigned is None.
@@ -208,6 +228,8 @@ class ShadowKVStore:
     def restore_block(self, block: int, content: list | None) -> None:
         """Copy saved slot tags into `block` (a swap-in): they count as the
         block's owner's content, or as foreign content if they are not."""
+        if self._pending:
+            self.settle_all()
         owner = self.owner[block]
         self.slots[block] = content
         tags = [t for t in content or () if t is not None]
@@ -220,6 +242,9 @@ class ShadowKVStore:
 
     def write(self, request_id: str, block_table: list[int], start: int, end: int, now: float) -> None:
         """Write KV for positions [start, end) through `block_table`."""
+        if self._pending:
+            self.settle_for(request_id, block_table, end)
+        self._chain.pop(request_id, None)
         bs = self.block_size
         pos = start
         owner, owned, slots_of, base = self.owner, self.owned, self.slots, self.base
@@ -284,6 +309,8 @@ class ShadowKVStore:
         Foreign content is found through the request's bad-block set; missing
         content only needs checking past what an earlier read of the same
         table verified (content does not disappear without making a block bad)."""
+        if self._pending:
+            self.settle_for(request_id, block_table, num_tokens)
         bs = self.block_size
         if request_id not in self._bad and self._clean(request_id, block_table, num_tokens):
             return True
@@ -341,62 +368,9 @@ class ShadowKVStore:
         self._verified[request_id] = (block_table, num_tokens)
         return True
 
-    def decode(
-        self, request_id: str, block_table: list[int], start: int, n: int, t_read: float, t_write: float
-    ) -> None:
-        """A request's `n` decode steps from position `start`, exactly as
-        `read(start)` at `t_read`, `write(start, start + n)` at `t_write` and,
-        when n > 1, `read(start + n - 1)` at `t_write`; the clean case of a
-        range-form block costs a few integer updates."""
-        bs = self.block_size
-        owner, owned = self.owner, self.owned
-        clean = request_id not in self._bad
-        if clean:
-            # `_clean`, inlined: this runs once per running request and step.
-            verified = self._verified.get(request_id)
-            idx = verified[1] // bs if verified is not None and verified[0] is block_table else 0
-            full_blocks, tail = divmod(start, bs)
-            nblocks = full_blocks + (1 if tail else 0)
-            while idx < nblocks:
-                block = block_table[idx]
-                if owner[block] != request_id or owned[block] < (bs if idx < full_blocks else tail):
-                    clean = False
-                    break
-                idx += 1
-        if clean:
-            self._verified[request_id] = (block_table, start)
-        else:
-            self.read(request_id, block_table, start, t_read)
-        end = start + n
-        if n <= 0:
-            return
-        idx = start // bs
-        block = block_table[idx]
-        a = start - idx * bs
-        e = a + n
-        f = owned[block]
-        if (
-            e <= bs
-            and owner[block] == request_id
-            and self.slots[block] is None
-            and self._ranges
-            and ((f == 0 and a == 0) or (0 < f and a <= f and self.base[block] == idx * bs))
-        ):
-            # `write`'s range form, inlined: one block, the owner's filled prefix grows.
-            if f == 0:
-                self.base[block] = idx * bs
-            if e > f:
-                owned[block] = e
-                if e == bs and self.expected_hash is not None:
-                    self.content[block] = self.expected_hash(request_id, idx)
-            elif f == bs and self.expected_hash is not None:
-                self.content[block] = self.expected_hash(request_id, idx)
-        else:
-            self.write(request_id, block_table, start, end, t_write)
-        if n > 1:
-            self.read(request_id, block_table, end - 1, t_write)
-
     def summary(self) -> dict:
+        if self._pending:
+            self.settle_all()
         return {
             "stale_writes": self.num_stale_writes,
             "clobbered_slots": self.num_clobbered_slots,

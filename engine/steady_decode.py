@@ -246,7 +246,7 @@ def advance(
         if shadow is not None:
             # Reads and writes as the steps make them; no request here has a
             # bad block, so none of them can report (the times do not matter).
-            shadow.decode(r.request_id, states[r.request_id].block_ids, c, n, times[1], times[n])
+            shadow.decode_later(r.request_id, states[r.request_id].block_ids, c, n, times[1], times[n])
         r.num_computed_tokens = c + n
         if defer:
             r.last_sched_seq = seq0 + n

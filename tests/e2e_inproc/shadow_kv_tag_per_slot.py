@@ -151,6 +151,11 @@ class ShadowKVStore:
                 if not readers:
                     del self.readers[block]
 
+    def decode_later(self, *args) -> None:
+        """Applied at once: this store defers nothing, so comparing it with
+        `engine.shadow_kv` also checks that deferring changes no finding."""
+        self.decode(*args)
+
     def retire(self, request_id: str) -> None:
         """Only `forget`: this store keeps every bad-block set, so comparing
         it with `engine.shadow_kv` also checks that retiring changes no finding."""

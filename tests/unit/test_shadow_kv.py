@@ -1,5 +1,9 @@
 """The shadow KV store catches what the fence prevents."""
 
+import random
+
+import pytest
+
 from engine.sampler import DeterministicSampler
 from engine.shadow_kv import ShadowKVStore
 
@@ -93,3 +97,77 @@ def test_a_retired_request_is_no_longer_tracked_when_its_blocks_move_on():
     assert s._bad == {}  # neither block 1 (dropped) nor block 2 (never marked) is kept for a
     s.write("c", [2], 0, 4, now=1.0)
     assert s.read("c", [2], 4, now=2.0) and s.num_corruptions == 0
+
+
+def _full_state(s: ShadowKVStore) -> tuple:
+    s.settle_all()
+    kept = [(v.kind, v.time, v.block_id, v.request_id, v.owner, v.position) for v in s.violations]
+    verified = {r: (tuple(t), n) for r, (t, n) in s._verified.items()}
+    return (s.summary(), s._bad, kept, s.owner, s.owned, s.foreign, s.base, s.slots, s.content, verified)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_deferred_decodes_end_where_decodes_one_by_one_end(seed: int) -> None:
+    """Steady decode bursts (`decode_later`) interleaved with what can break a
+    chain — a stale write into a block, a block taken over, a read through an
+    old table, a forget — against the same operations with `decode`."""
+    rng = random.Random(seed)
+    bs, num_blocks = 8, 24
+    eager, lazy = ShadowKVStore(num_blocks, bs), ShadowKVStore(num_blocks, bs)
+    free = list(range(num_blocks))
+    rng.shuffle(free)
+    tables: dict[str, list[int]] = {}
+    pos: dict[str, int] = {}
+    old_tables: list[tuple[str, list[int]]] = []
+    now = 0.0
+
+    def both(method: str, *args) -> None:
+        getattr(eager, method)(*args)
+        getattr(lazy, method)(*args)
+
+    for i in range(4):  # requests with a prompt written and a block table
+        rid = f"r{i}"
+        tables[rid] = [free.pop() for _ in range(2)]
+        both("assign", list(tables[rid]), rid)
+        pos[rid] = rng.randint(1, 2 * bs - 1)
+        both("write", rid, tables[rid], 0, pos[rid], now)
+    for step in range(200):
+        now += 0.01
+        op = rng.random()
+        ending = rng.choice(sorted(tables)) if op >= 0.97 else max(tables, key=lambda r: len(tables[r]))
+        if op < 0.9:  # one steady step for every request, n tokens each
+            n = rng.choice([1, 1, 1, 3])
+            for rid, table in tables.items():
+                while pos[rid] + n > len(table) * bs:
+                    block = free.pop() if free else rng.randrange(num_blocks)
+                    table.append(block)
+                    both("assign", [block], rid)
+                eager.decode(rid, table, pos[rid], n, now, now + 0.001)
+                lazy.decode_later(rid, table, pos[rid], n, now, now + 0.001)
+                pos[rid] += n
+        elif op < 0.92:  # a stale write from an old table lands on a block that moved on
+            if old_tables:
+                rid, table = rng.choice(old_tables)
+                both("write", rid, table, 0, min(len(table) * bs, rng.randint(1, 2 * bs)), now)
+        elif op < 0.94:  # a block taken over by another request (the old table stays around)
+            victim = rng.choice(sorted(tables))
+            old_tables.append((victim, list(tables[victim])))
+            block = rng.choice(tables[victim])
+            both("assign", [block], f"x{step}")
+            both("write", f"x{step}", [block], 0, rng.randint(1, bs), now)
+        elif op < 0.97:
+            rid = rng.choice(sorted(tables))
+            assert eager.read(rid, tables[rid], pos[rid], now) == lazy.read(rid, tables[rid], pos[rid], now)
+        if op >= 0.97 or len(tables[ending]) >= 4:  # a request finishes; its blocks go back, a new one starts
+            both("forget", ending)
+            old_tables.append((ending, tables[ending]))
+            free[:0] = tables.pop(ending)
+            new = f"n{step}"
+            tables[new] = [free.pop() if free else rng.randrange(num_blocks) for _ in range(2)]
+            both("assign", list(tables[new]), new)
+            pos[new] = rng.randint(1, 2 * bs - 1)
+            both("write", new, tables[new], 0, pos[new], now)
+        assert eager.num_corruptions == lazy.num_corruptions, step  # clean steps report nothing, deferred or not
+        if rng.random() < 0.2:
+            assert _full_state(eager) == _full_state(lazy), step
+    assert _full_state(eager) == _full_state(lazy)
