@@ -134,8 +134,8 @@ class ShadowKVStore(DecodeChains):
                 if old in chain:
                     # The block leaves a chained request: apply what it wrote first.
                     if pending:
-                        self.settle(old)  # type: ignore[arg-type]  # in `chain`: not None
-                    chain.pop(old, None)  # type: ignore[arg-type]
+                        self.settle(old)
+                    chain.pop(old, None)
                 # The previous owner (and readers) may still read it through a stale table.
                 if old is not None and old not in retired:
                     bad = bad_of.get(old)

@@ -26,14 +26,28 @@ the steps one by one leave them (tests/unit/test_shadow_kv.py compares both).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .shadow_kv import ShadowKVStore
 
 
 class DecodeChains:
     """The decode path of `ShadowKVStore` (a base class of it)."""
+
+    # The store's state (engine/shadow_kv.py).
+    block_size: int
+    owner: list[str | None]
+    owned: list[int]
+    slots: list[list | None]
+    base: list[int]
+    content: list[int | None]
+    expected_hash: Callable[[str, int], int | None] | None
+    _ranges: bool
+    _bad: dict[str, set[int]]
+    _verified: dict[str, tuple[list[int], int]]
+    if TYPE_CHECKING:
+
+        def read(self, request_id: str, block_table: list[int], num_tokens: int, now: float) -> bool: ...
+        def write(self, request_id: str, block_table: list[int], start: int, end: int, now: float) -> None: ...
 
     # Per chained request: (its block table, where its next decode starts).
     _chain: dict[str, tuple[list[int], int]]
@@ -41,7 +55,7 @@ class DecodeChains:
     _pending: dict[str, list]
 
     def decode(
-        self: ShadowKVStore, request_id: str, block_table: list[int], start: int, n: int, t_read: float, t_write: float
+        self, request_id: str, block_table: list[int], start: int, n: int, t_read: float, t_write: float
     ) -> None:
         """A request's `n` decode steps from position `start`, exactly as
         `read(start)` at `t_read`, `write(start, start + n)` at `t_write` and,
@@ -51,7 +65,7 @@ class DecodeChains:
         self._decode(request_id, block_table, start, n, t_read, t_write)
 
     def decode_later(
-        self: ShadowKVStore, request_id: str, block_table: list[int], start: int, n: int, t_read: float, t_write: float
+        self, request_id: str, block_table: list[int], start: int, n: int, t_read: float, t_write: float
     ) -> None:
         """`decode`, deferred while the request is chained (see the module
         docstring); applied now otherwise."""
@@ -70,13 +84,13 @@ class DecodeChains:
         else:
             self.decode(request_id, block_table, start, n, t_read, t_write)
 
-    def settle(self: ShadowKVStore, request_id: str) -> None:
+    def settle(self, request_id: str) -> None:
         """Apply the request's pending decode, if any."""
         pending = self._pending.pop(request_id, None)
         if pending is not None:
             self._decode(request_id, *pending)
 
-    def settle_all(self: ShadowKVStore) -> None:
+    def settle_all(self) -> None:
         """Apply every pending decode. Chained requests write only their own
         blocks, so the order does not matter."""
         pending = self._pending
@@ -84,7 +98,7 @@ class DecodeChains:
             request_id, args = pending.popitem()
             self._decode(request_id, *args)
 
-    def settle_for(self: ShadowKVStore, request_id: str, block_table: list[int], end: int) -> None:
+    def settle_for(self, request_id: str, block_table: list[int], end: int) -> None:
         """Before the request reads or writes positions [0, end) through
         `block_table`: its own pending decode, and everyone's if the table
         reaches a block that is not its own (or it has a bad block)."""
@@ -92,7 +106,7 @@ class DecodeChains:
         if self._pending and not self._own_table(request_id, block_table, end):
             self.settle_all()
 
-    def _own_table(self: ShadowKVStore, request_id: str, block_table: list[int], end: int) -> bool:
+    def _own_table(self, request_id: str, block_table: list[int], end: int) -> bool:
         """No bad block, and every block of positions [0, end) is the request's own."""
         if request_id in self._bad:
             return False
@@ -100,7 +114,7 @@ class DecodeChains:
         return list(map(self.owner.__getitem__, blocks)).count(request_id) == len(blocks)
 
     def _decode(
-        self: ShadowKVStore, request_id: str, block_table: list[int], start: int, n: int, t_read: float, t_write: float
+        self, request_id: str, block_table: list[int], start: int, n: int, t_read: float, t_write: float
     ) -> None:
         bs = self.block_size
         owner, owned = self.owner, self.owned
