@@ -18,7 +18,7 @@ from connector.link import Link, ReliableLine
 from decode_node.node import DecodeNode
 from engine import fast_paths
 from engine.outputs import SteadyTokens
-from engine.records import RequestRecord, TokenIds, WorkloadRequest
+from engine.records import RequestRecord, WorkloadRequest
 from engine.sampler import DeterministicSampler
 from node.messages import KVEvent, NodeEvent, OutputEvent, RequestMessage
 from node.ports import NodePorts
@@ -35,6 +35,7 @@ from .executor import VirtualPipelineExecutor
 from .fast_forward import SteadyDecodeForwarder
 from .faults import FaultsMixin
 from .kv_transport import InProcKVTransport
+from .token_runs import SteadyTokenRuns
 
 REQUEST_BYTES = 512
 OUTPUT_BYTES = 64
@@ -76,6 +77,7 @@ class InProcCluster(FaultsMixin):
         self._forwarders: list[SteadyDecodeForwarder] = []
         # Token ids by position, for the client's records of forwarded steps.
         self._sampler = DeterministicSampler(spec.sampler.seed + seed, spec.sampler.stop_probability)
+        self._token_runs = SteadyTokenRuns(self)
         self._specs: dict[str, tuple[str, Any, Any]] = {}
         self.restarts: dict[str, int] = {}
         for role, node_spec, group in spec.node_specs():
@@ -178,6 +180,7 @@ class InProcCluster(FaultsMixin):
 
     # -- the proxy ------------------------------------------------------------------
     def _send(self, node: NodeRole, message: RequestMessage) -> None:
+        self._token_runs.close(message.request_id)
         self._node_of[message.request_id] = node
         arrival = self._proxy_links[node.name][0].transit(self.loop.now(), REQUEST_BYTES)
         if arrival is None:  # the connection broke (an outage outlasted TCP's retransmissions)
@@ -214,7 +217,10 @@ class InProcCluster(FaultsMixin):
             steady = events[0]
             self._record_runs(node, steady.request_ids, steady.firsts, [now], None)
             events = events[1:]
+        runs = self._token_runs if self._token_runs.has_open() else None
         for ev in events:
+            if runs is not None:
+                runs.close(ev.request_id)  # its record is about to be read or written
             rec = self.records.get(ev.request_id)
             if rec is None or rec.finish_reason is not None:
                 if type(ev) is OutputEvent and not decoding and ev.kv_transfer_params and ev.finish_reason == "length":
@@ -265,48 +271,27 @@ class InProcCluster(FaultsMixin):
         line = self._proxy_links[node.name][1]
         arrivals = line.transit_all(ends, [OUTPUT_BYTES * n for n in sizes])  # ideal: arrival == t
         assert arrivals == ends, "the fast-forward runs only over an ideal proxy link"
-        last_elsewhere = {ev.request_id for events in finished.values() for ev in events}
-        if last_elsewhere:
-            counts = [n - 1 if rid in last_elsewhere else n for rid, n in zip(ids, counts)]
-        self.loop.at(ends[0], self._record_runs, node, ids, firsts, ends, counts)
+        # A request finishing in these steps gets its last token with its finish.
+        finishing = {
+            ev.request_id: counts[ids.index(ev.request_id)] - 1 for events in finished.values() for ev in events
+        }
+        self.loop.at(ends[0], self._record_runs, node, ids, firsts, ends, finishing or None)
         for j, events in finished.items():
             self.loop.at(ends[j - 1], self._proxy_receive, node, events)
 
     def _record_runs(
-        self, node: NodeRole, ids: list[str], firsts: list[int], times: list[float], counts: list[int] | None
+        self,
+        node: NodeRole,
+        ids: list[str],
+        firsts: list[int],
+        times: list[float],
+        finishing: dict[str, int] | None,
     ) -> None:
-        """One token per request and step at `times` (request i: the first
-        `counts[i]`; all, without counts), as `_proxy_receive` records token
-        outputs. Per request and forward: kept lean."""
-        m = len(times)
-        records, node_of = self.records, self._node_of
-        token_at = self._sampler.token_at
-        first_scheduled = node.core.first_scheduled_time
-        for i, rid in enumerate(ids):
-            rec = records.get(rid)
-            if rec is None or rec.finish_reason is not None:
-                continue
-            n = m if counts is None else counts[i]
-            if node_of.get(rid) is not node:
-                self.events_rejected += n
-                continue
-            if rec.first_scheduled_time is None:
-                rec.first_scheduled_time = first_scheduled(rid)
-            if n == 0:
-                continue
-            out = rec.output_token_ids
-            if type(out) is not TokenIds:
-                out = rec.output_token_ids = TokenIds(out)
-            # `TokenIds.add_run`, inlined for a run that continues the last one.
-            pieces = out._pieces
-            first = firsts[i]
-            if pieces and type(last := pieces[-1]) is tuple and last[0] + last[1] == first:
-                pieces[-1] = (last[0], last[1] + n)
-                out._len += n
-                out._list = None
-            else:
-                out.add_run(token_at, rid, rec.prompt_len, first, n)
-            rec.token_times.extend(times if n == m else times[:n])
+        """One token per request and step at `times` (request i's first
+        has output index `firsts[i]`; a request in `finishing`: only the
+        first `finishing[id]`), as `_proxy_receive` records token outputs,
+        kept as runs (token_runs.py)."""
+        self._token_runs.receive(node, ids, firsts, times, finishing)
 
     def _on_output(self, node: NodeRole, rec: RequestRecord, ev: OutputEvent, now: float) -> None:
         if rec.first_scheduled_time is None:
@@ -343,6 +328,7 @@ class InProcCluster(FaultsMixin):
             self._finish(ev.request_id, ev.finish_reason, why or f"{node.name} finished it with an error")
 
     def _finish(self, request_id: str, reason: str, why: str = "") -> None:
+        self._token_runs.close(request_id)
         rec = self.records[request_id]
         if rec.finish_reason is not None:
             return
@@ -420,6 +406,7 @@ class InProcCluster(FaultsMixin):
 
     def forget(self, request_id: str) -> None:
         """Drop a finished request's bookkeeping (a long-running server)."""
+        self._token_runs.close(request_id)
         for table in (self.records, self._workload, self._node_of, self._prefill_of, self.failures, self.rerouted):
             table.pop(request_id, None)  # type: ignore[attr-defined]
 
@@ -442,6 +429,7 @@ class InProcCluster(FaultsMixin):
             self.loop.run(until=until, max_events=max_events)
         finally:
             self.fast_forward_active = False
+            self._token_runs.close_all()
         reports = {name: n.report() for name, n in self.nodes.items() if n.alive}
         steps = [s for r in reports.values() for s in r.steps]
         steps.sort(key=lambda s: (s.time, s.node))

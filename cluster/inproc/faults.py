@@ -82,6 +82,7 @@ class FaultsMixin:
             self._node_gone(node, "lost its proxy connection")
 
     def _node_gone(self: InProcCluster, node: NodeRole, why: str) -> None:
+        self._token_runs.close_node(node.name)
         # The proxy stops routing to it (it notices the dead connection).
         self._rebuild_routers()
         lost = [r for r, at in self._node_of.items() if at is node and self.records[r].finish_reason is None]

@@ -221,3 +221,41 @@ def test_records_keep_token_runs_checkable() -> None:
     gap.add_run(token_at, "x", 10, 2, 5)  # index 1 missing
     rec.output_token_ids = gap
     assert any("token 1" in e for e in check_tokens(rec, token_at, 2))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_node_killed_and_clients_going_away_mid_forward_change_nothing_either(seed: int) -> None:
+    """A decode node dies while it forwards steady steps (its requests'
+    token runs are written out, the requests end with an error), and
+    clients go away mid-decode (`abort`): the same results with the fast
+    paths off and on."""
+    from cluster.inproc import InProcCluster
+
+    rng = random.Random(seed)
+    engine = {"num_gpu_blocks": 1000, "enable_prefix_caching": False}
+    spec = ClusterSpec.model_validate(
+        {
+            "prefill": {"count": 1, "engine": dict(engine)},
+            "decode": {"count": 1, "engine": dict(engine)},
+            "cost_model": "synthetic-8b",
+        }
+    )
+    work = [WorkloadRequest(f"r{i}", i * 0.05, rng.randint(16, 96), rng.randint(100, 300)) for i in range(30)]
+    aborts = [(rng.uniform(0.3, 2.0), f"r{rng.randrange(30)}") for _ in range(6)]
+    kill_at = rng.uniform(2.0, 3.0)
+    results = []
+    for on in (False, True):
+        previous = fast_paths.set_enabled(on)
+        try:
+            cluster = InProcCluster(spec, seed=seed)
+            cluster.submit(work)
+            for at, rid in aborts:
+                cluster.loop.at(at, cluster.abort, rid)
+            cluster.kill_node_at("decode-0", kill_at)
+            results.append(cluster.run())
+        finally:
+            fast_paths.set_enabled(previous)
+    plain, fast = results
+    assert_identical(plain, fast)
+    reasons = {r.finish_reason for r in fast.requests}
+    assert {"abort", "error"} <= reasons and fast.extra["steps_fast_forwarded"] > 0
