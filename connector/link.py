@@ -150,7 +150,7 @@ class LinkSpec:
         )
 
     def in_outage(self, t: float) -> bool:
-        return any(start <= t < end for start, end in self.outages)
+        return bool(self.outages) and any(start <= t < end for start, end in self.outages)
 
 
 class DelayLine:

@@ -45,6 +45,19 @@ ANSWER_BYTES = 64
 DONE_BYTES = 64
 
 
+_ACCESS_CONTROLLED: dict[type, bool] = {}
+
+
+def _access_controlled(producer: object) -> bool:
+    """`isinstance(producer, KVAccessControl)`, asked once per class: a
+    runtime protocol check walks the protocol's members on every call, and
+    this runs for every pull and every done report."""
+    known = _ACCESS_CONTROLLED.get(type(producer))
+    if known is None:
+        known = _ACCESS_CONTROLLED[type(producer)] = isinstance(producer, KVAccessControl)
+    return known
+
+
 class Producer(KVServeEndpoint, Protocol):
     @property
     def alive(self) -> bool: ...
@@ -95,7 +108,7 @@ class InProcKVTransport:
             return
         link = self._link(attempt.remote_address)
         try:
-            if isinstance(producer, KVAccessControl):
+            if _access_controlled(producer):
                 producer.authorize(attempt.remote_request_id, attempt.ticket, self.consumer)
             num_tokens = producer.check_blocks(attempt.remote_request_id, attempt.remote_block_ids)
         except (UnknownRequestError, UnknownBlockError, KVAccessDenied) as err:
@@ -136,7 +149,7 @@ class InProcKVTransport:
             return
         refused = False
         try:
-            if isinstance(producer, KVAccessControl):
+            if _access_controlled(producer):
                 producer.authorize(report.remote_request_id, report.ticket, self.consumer)
         except (UnknownRequestError, KVAccessDenied):
             refused = True
