@@ -234,6 +234,14 @@ def _med(rs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in rs)
 
 
+def _paired(over: list[dict], under: list[dict], fmt: str) -> str:
+    """The ratio repeat by repeat (runs of one repeat ran back to back, so a
+    slow spell of the shared machine hits both sides of a pair alike)."""
+    ratios = [a["wall_s"] / b["wall_s"] for a, b in zip(over, under)]
+    each = ", ".join(format(r, fmt) for r in ratios)
+    return f"repeat by repeat {each} (median {format(statistics.median(ratios), fmt)}x)"
+
+
 def _entry(args, runs: dict, names: list[str], commit_new: str, dirty: bool) -> str:
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     lines = [
@@ -246,6 +254,7 @@ def _entry(args, runs: dict, names: list[str], commit_new: str, dirty: bool) -> 
         "off; W1 ShareGPT-like lengths, Poisson 10 req/s; W2 512 -> 256 tokens, Poisson 6 req/s; seed 0. "
         f"Command: `.venv/bin/python -m benchmarks.inproc_speed --requests {args.requests} --repeats {args.repeats}"
         + (f" --old-commit {args.old_commit}" if args.old_commit else "")
+        + (f" --workloads {args.workloads}" if args.workloads != "W1,W2" else "")
         + " --record`.",
         "",
         "| workload | nodes | shadow KV | tree | wall s (median) | runs | CPU s (median) | simulated s | "
@@ -282,14 +291,22 @@ def _entry(args, runs: dict, names: list[str], commit_new: str, dirty: bool) -> 
             )
             lines.append(
                 f"- {w}: {args.old_commit} / current (aggregated, shadow off): **{old_off / new_off:.1f}x** "
-                f"wall, {cpu:.1f}x CPU (target >= {target}x)."
+                f"wall, {cpu:.1f}x CPU (target >= {target}x); "
+                + _paired(runs[(w, "agg", False, "old")], runs[(w, "agg", False, "new")], ".1f")
             )
         new_on = _med(runs[(w, "agg", True, "new")], "wall_s")
-        lines.append(f"- {w}: shadow on / off (aggregated): {new_on / new_off:.2f}x (target <= 1.3x).")
+        lines.append(
+            f"- {w}: shadow on / off (aggregated): {new_on / new_off:.2f}x (target <= 1.3x); "
+            + _paired(runs[(w, "agg", True, "new")], runs[(w, "agg", False, "new")], ".2f")
+        )
         pd_off = _med(runs[(w, "1P1D", False, "new")], "wall_s")
-        lines.append(f"- {w}: 1P+1D / aggregated (shadow off): {pd_off / new_off:.2f}x (target <= 1.2x).")
-    rss = max(r["max_rss_MB"] for (w, *_), rs in runs.items() if w == "W1" for r in rs)
-    lines.append(f"- W1 peak RSS (any configuration): {rss:.0f} MB (target <= 200 MB).")
+        lines.append(
+            f"- {w}: 1P+1D / aggregated (shadow off): {pd_off / new_off:.2f}x (target <= 1.2x); "
+            + _paired(runs[(w, "1P1D", False, "new")], runs[(w, "agg", False, "new")], ".2f")
+        )
+    w1_rss = [r["max_rss_MB"] for (w, *_), rs in runs.items() if w == "W1" for r in rs]
+    if w1_rss:  # (not with --workloads W2)
+        lines.append(f"- W1 peak RSS (any configuration): {max(w1_rss):.0f} MB (target <= 200 MB).")
     lines.append("")
     return "\n".join(lines)
 

@@ -378,6 +378,7 @@ class InProcCluster(FaultsMixin):
         if role == "prefill":
             executor.serves_prefill = True
             producer = PrefillNode(node_spec, self._settings, ports, self._on_step, self._debug_invariants)
+            producer.loop.keep_timings = False  # on the virtual clock every step takes its run time exactly
             producer.set_address(producer.name)  # in-process, a producer's address is its name
             self._producers[producer.name] = producer
             return producer
@@ -389,6 +390,7 @@ class InProcCluster(FaultsMixin):
             self.spec.bytes_per_token,
         )
         node = DecodeNode(node_spec, self._settings, ports, kv, self._on_step, self._debug_invariants)
+        node.loop.keep_timings = False  # on the virtual clock every step takes its run time exactly
         forwarder = SteadyDecodeForwarder(self, node, executor)
         self._forwarders.append(forwarder)
         node.loop.fast_forward = forwarder

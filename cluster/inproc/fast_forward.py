@@ -171,10 +171,11 @@ class SteadyDecodeForwarder:
         ids = [r.request_id for r in requests]
         firsts = [len(r._output_token_ids) for r in requests]
         steps, finished = advance(core, batch, per_step, finishing, m, times, durations, shapes)
-        first_index = core.scheduler.current_step - m + 1
-        timings = node.loop.timings
-        for j in range(m):
-            timings.append(StepTiming(first_index + j, times[j], durations[j], runs[j], times[j + 1]))
+        if node.loop.keep_timings:
+            first_index = core.scheduler.current_step - m + 1
+            timings = node.loop.timings
+            for j in range(m):
+                timings.append(StepTiming(first_index + j, times[j], durations[j], runs[j], times[j + 1]))
         self.steps_forwarded += m
         self.jumps += 1
         # The outputs of the requests each step finished, as the role emits them.
