@@ -127,6 +127,7 @@ class ShadowKVStore(DecodeChains):
         # The request's own pending decode stays: it wrote only blocks it
         # already had, and its later writes into these come after this.
         pending, chain = self._pending, self._chain
+        slots, owned, foreign, content = self.slots, self.owned, self.foreign, self.content
         mine = bad_of.get(request_id)
         for b in block_ids:
             old = owner[b]
@@ -151,10 +152,10 @@ class ShadowKVStore(DecodeChains):
                         del bad_of[request_id]
                         mine = None
                 owner[b] = request_id
-                self.slots[b] = None
-                self.owned[b] = 0
-                self.foreign[b] = 0
-                self.content[b] = None
+                slots[b] = None
+                owned[b] = 0
+                foreign[b] = 0
+                content[b] = None
 
     def share(self, block_ids, request_id: str, first_index: int = 0) -> None:
         """`request_id` hit these blocks (block indices from `first_index`) in
@@ -248,25 +249,29 @@ class ShadowKVStore(DecodeChains):
         bs = self.block_size
         pos = start
         owner, owned, slots_of, base = self.owner, self.owned, self.slots, self.base
+        ranged = ranges = self._ranges
+        expected = self.expected_hash
         while pos < end:
             idx = pos // bs
             block = block_table[idx]
-            stop = min(end, (idx + 1) * bs)
+            first = idx * bs
+            stop = end if end < first + bs else first + bs
             mine = owner[block] == request_id
-            if mine and slots_of[block] is None and self._ranges:
+            if mine and ranges and slots_of[block] is None:
                 # Range form: the owner extends (or rewrites) its filled prefix.
-                a, e, f = pos - idx * bs, stop - idx * bs, owned[block]
+                a, e, f = pos - first, stop - first, owned[block]
                 if f == 0 and a == 0:
-                    base[block] = idx * bs
+                    base[block] = first
                     f = -1  # so that the write below counts all of [0, e)
-                if f < 0 or (base[block] == idx * bs and a <= f):
+                if f < 0 or (base[block] == first and a <= f):
                     if e > f:
                         owned[block] = e
-                    if self.expected_hash is not None and owned[block] == bs:
+                    if expected is not None and owned[block] == bs:
                         # The block holds its writer's full content: remember what it is.
-                        self.content[block] = self.expected_hash(request_id, idx)
+                        self.content[block] = expected(request_id, idx)
                     pos = stop
                     continue
+            ranged = False
             slots = self._materialize(block) if self._ranges else slots_of[block]
             if slots is None:
                 slots = slots_of[block] = [None] * bs
@@ -302,6 +307,12 @@ class ShadowKVStore(DecodeChains):
                 # The block holds its writer's full content: remember what it is.
                 self.content[block] = self.expected_hash(request_id, idx)
             pos = stop
+        if ranged and request_id not in self._bad:
+            # The owner's own write in range form after a clean read up to
+            # `start` (or from 0): a decode from `end` can only go cleanly.
+            verified = self._verified.get(request_id)
+            if start == 0 or (verified is not None and verified[0] is block_table and verified[1] >= start):
+                self._chain[request_id] = (block_table, end)
 
     def read(self, request_id: str, block_table: list[int], num_tokens: int, now: float) -> bool:
         """Check that positions [0, num_tokens) hold this request's content.

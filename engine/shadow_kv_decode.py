@@ -107,11 +107,19 @@ class DecodeChains:
             self.settle_all()
 
     def _own_table(self, request_id: str, block_table: list[int], end: int) -> bool:
-        """No bad block, and every block of positions [0, end) is the request's own."""
+        """No bad block, and every block of positions [0, end) is the request's own.
+        Blocks a read through this table verified are still its own: had one
+        gone to someone else, the request would have a bad block."""
         if request_id in self._bad:
             return False
-        blocks = block_table[: -(-end // self.block_size)]
-        return list(map(self.owner.__getitem__, blocks)).count(request_id) == len(blocks)
+        bs = self.block_size
+        verified = self._verified.get(request_id)
+        first = verified[1] // bs if verified is not None and verified[0] is block_table else 0
+        owner = self.owner
+        for block in block_table[first : -(-end // bs)]:
+            if owner[block] != request_id:
+                return False
+        return True
 
     def _decode(
         self, request_id: str, block_table: list[int], start: int, n: int, t_read: float, t_write: float
