@@ -151,6 +151,8 @@ class ShadowKVStore:
                 if not readers:
                     del self.readers[block]
 
+    _pending: dict = {}  # nothing is ever deferred here (read by the runner's inlined merge)
+
     def decode_later(self, *args) -> None:
         """Applied at once: this store defers nothing, so comparing it with
         `engine.shadow_kv` also checks that deferring changes no finding."""
