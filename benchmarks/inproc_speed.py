@@ -304,7 +304,7 @@ def _entry(args, runs: dict, names: list[str], commit_new: str, dirty: bool) -> 
             f"- {w}: 1P+1D / aggregated (shadow off): {pd_off / new_off:.2f}x (target <= 1.2x); "
             + _paired(runs[(w, "1P1D", False, "new")], runs[(w, "agg", False, "new")], ".2f")
         )
-    w1_rss = [r["max_rss_MB"] for (w, *_), rs in runs.items() if w == "W1" for r in rs]
+    w1_rss = [r["max_rss_MB"] for (w, *_, side), rs in runs.items() if w == "W1" and side == "new" for r in rs]
     if w1_rss:  # (not with --workloads W2)
         lines.append(f"- W1 peak RSS (any configuration): {max(w1_rss):.0f} MB (target <= 200 MB).")
     lines.append("")

@@ -40,14 +40,14 @@ class OutputProcessorMixin:
             failed_kv_load_req_ids.update(self._handle_failed_recving(kv_connector_output.failed_recving))
 
         outputs: list[Any] = []
+        stopped_running: set[Request] = set()
+        stopped_preempted: set[Request] = set()
         if scheduler_output.steady is not None:
             from .steady_decode import update_steady
 
             # The step's steady-decode requests first (they lead the running
             # order): one token each, in bulk (engine/steady_decode.py).
-            outputs.append(update_steady(scheduler_output.steady))
-        stopped_running: set[Request] = set()
-        stopped_preempted: set[Request] = set()
+            outputs.extend(update_steady(self, scheduler_output.steady, stopped_running))
         requests = self.requests
         max_model_len = self.max_model_len
         req_id_to_index = model_runner_output.req_id_to_index

@@ -182,7 +182,7 @@ class RequestRecord:
         return asdict(self)
 
 
-@dataclass
+@dataclass(slots=True)
 class StepRecord:
     """One scheduled step of one node."""
 

@@ -56,10 +56,6 @@ class SteadyBatch:
     def last_finish(self) -> int:
         return max(self.finish_step)
 
-    @property
-    def max_steps(self) -> int:
-        return self.first_finish
-
     def shapes(self):
         """The shapes of steps 1, 2, ...: one decode token per request still
         running, each attending to its computed tokens plus the new one; a
@@ -436,17 +432,41 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
     return so
 
 
-def update_steady(part: SteadyPart) -> SteadyTokens:
-    """`update_from_output` for the steady requests of a step: one token each
-    (none can stop: `max_steps` >= 2 when the step was scheduled)."""
+def update_steady(s: Scheduler, part: SteadyPart, stopped_running: set[Request]) -> list:
+    """`update_from_output` for the steady requests of a step, in running
+    order: one token each; a request reaching its length cap in this step
+    gets its sampled token, stops and is freed there, as on the plain path
+    (`stopped_running` collects it, for the caller to drop from `running`).
+    Returns the `SteadyTokens` of the others, then the finishing ones'
+    outputs."""
     reqs = part.batch.requests
-    firsts = []
+    finish_step = part.batch.finish_step
     token_at = part.token_at
-    for r in reqs:  # `Request.append_unsampled(1, ...)`, inlined
+    ids: list[str] = []
+    firsts: list[int] = []
+    finished: list[EngineCoreOutput] = []
+    for r, f in zip(reqs, finish_step):
         r.num_in_flight_tokens -= 1
-        ids = r._output_token_ids
-        firsts.append(len(ids))
-        ids.append(UNSAMPLED)
+        out = r._output_token_ids
+        if f == 1:
+            token = token_at(r.request_id, r.num_tokens)
+            out.append(token)
+            r.num_tokens += 1
+            r._token_source = token_at
+            assert check_stop(r, s.max_model_len), f"{r.request_id} was expected to finish in this step"
+            kv_transfer_params = s._free_request(r)
+            stopped_running.add(r)
+            finished.append(
+                EngineCoreOutput(
+                    r.request_id, [token], r.get_finished_reason(), r.stop_reason, kv_transfer_params,
+                    num_preemptions=r.num_preemptions,
+                )
+            )  # fmt: skip
+            continue
+        # `Request.append_unsampled(1, ...)`, inlined
+        ids.append(r.request_id)
+        firsts.append(len(out))
+        out.append(UNSAMPLED)
         r.num_tokens += 1
         r._token_source = token_at
-    return SteadyTokens([r.request_id for r in reqs], firsts)
+    return [SteadyTokens(ids, firsts), *finished]

@@ -203,8 +203,6 @@ class SteadyDecodeForwarder:
         like any step, it takes effect when it is scheduled and when it
         comes back."""
         core = self.node.core
-        if batch.max_steps < 2:
-            return False  # (a request finishing in this step: the usual path)
         per_step, _, fits = block_plan(core, batch, 1)
         if fits < 1:
             return False
