@@ -358,7 +358,7 @@ class SteadyPart:
     """The steady requests of a step scheduled by `schedule_with_steady`."""
 
     batch: SteadyBatch
-    new_block_ids: list[int | None]  # per request: the block it took in this step
+    new_blocks: list[tuple[Request, int]]  # (request, the block it took in this step), in running order
     starts: list[int]  # per request: its computed tokens before the step
     token_at: Callable[[str, int], int]
 
@@ -380,13 +380,14 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
     long_prefill_threshold = s.scheduler_config.long_prefill_token_threshold if num_running + num_waiting > 1 else 0
     reqs = batch.requests
     b = len(reqs)
-    # The running pass: one token each, blocks taken in running order.
-    new_ids: list[int | None] = [None] * b
+    # The running pass: one token each, blocks taken in running order (one
+    # call for all: the free queue hands them out front first either way).
+    new_blocks: list[tuple[Request, int]] = []
     req_to_blocks = kvm.req_to_blocks
-    for idx in per_step[1]:
-        new = pool.get_new_blocks(1)
-        req_to_blocks[reqs[idx].request_id].extend(new)
-        new_ids[idx] = new[0].block_id
+    for idx, block in zip(per_step[1], pool.get_new_blocks(len(per_step[1]))):
+        r = reqs[idx]
+        req_to_blocks[r.request_id].append(block)
+        new_blocks.append((r, block.block_id))
     kvm.num_allocate_slots_calls += b
     scheduled_new_reqs: list[Request] = []
     scheduled_resumed_reqs: list[Request] = []
@@ -416,7 +417,7 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
         step_index=s.current_step,
     )
     starts = [r.num_computed_tokens for r in reqs]
-    so.steady = SteadyPart(batch, new_ids, starts, core.sampler.token_at)
+    so.steady = SteadyPart(batch, new_blocks, starts, core.sampler.token_at)
     if s.connector is not None:
         so.kv_connector_metadata = s.connector.build_connector_meta(so)
     if s.defer_block_free:
