@@ -219,6 +219,13 @@ class DelayLine:
 
     def _sample_delay_ms(self) -> float:
         spec = self.spec
+        if spec.jitter_ms == 0:
+            # The draws a jittered sample takes, so later messages see the
+            # same stream; the sample itself is the delay.
+            self._rng.random()
+            if spec.jitter_distribution == "normal":
+                self._rng.random()
+            return max(0.0, spec.delay_ms)
         if spec.jitter_distribution == "normal":
             # One uniform pair through Box-Muller keeps the draw count fixed.
             u1 = 1.0 - self._rng.random()  # (0, 1]: log is finite

@@ -234,3 +234,15 @@ def test_transit_all_sends_one_by_one_where_the_bulk_path_does_not_apply():
     assert faulted.transit_all([1.0], [1]) == [10.0]
     out_of_order = ReliableLine(Link(LinkSpec(), seed=1).forward)
     assert out_of_order.transit_all([2.0, 1.0], [1, 1]) == [2.0, 2.0]  # FIFO: the second waits for the first
+
+
+@pytest.mark.parametrize("distribution, draws", [("normal", 3), ("uniform", 2)])
+def test_a_link_without_jitter_takes_the_draws_a_jittered_one_takes(distribution, draws):
+    import random
+
+    line = Link(LinkSpec(delay_ms=2.0, jitter_distribution=distribution), seed=4).forward
+    assert [line.transit(t, 10) for t in (0.0, 1.0, 2.0)] == [0.002, 1.002, 2.002]
+    reference = random.Random("disagg-link/4/forward")
+    for _ in range(3 * draws):
+        reference.random()
+    assert line._rng.random() == reference.random()
