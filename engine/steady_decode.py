@@ -194,6 +194,29 @@ def block_plan(core: NodeCore, batch: SteadyBatch, m: int) -> tuple[list[list[in
     return per_step, finishing, fits
 
 
+def _finish_at_cap(
+    s: Scheduler, r: Request, k: int, token_at: Callable[[str, int], int], stopped: set[Request]
+) -> EngineCoreOutput:
+    """`update_from_output` for a steady request's next `k` tokens, the
+    last of which reaches its length cap: the others stay unsampled (drawn
+    when read), the last is sampled, the request stops and is freed, and
+    its output carries that token."""
+    out = r._output_token_ids
+    if k > 1:
+        out.extend([UNSAMPLED] * (k - 1))
+    token = token_at(r.request_id, r.num_tokens + k - 1)
+    out.append(token)
+    r.num_tokens += k
+    r._token_source = token_at
+    assert check_stop(r, s.max_model_len), f"{r.request_id} was expected to finish after {k} more tokens"
+    kv_transfer_params = s._free_request(r)
+    stopped.add(r)
+    return EngineCoreOutput(
+        r.request_id, [token], r.get_finished_reason(), r.stop_reason, kv_transfer_params,
+        num_preemptions=r.num_preemptions,
+    )  # fmt: skip
+
+
 def advance(
     core: NodeCore,
     batch: SteadyBatch,
@@ -232,7 +255,6 @@ def advance(
     token_at = core.sampler.token_at
     defer = s.defer_block_free
     seq0 = s.sched_step_seq
-    max_model_len = s.max_model_len
     steps = [m if f > m else f for f in batch.finish_step]
 
     def run_steps(idx: int, r: Request) -> None:
@@ -282,20 +304,7 @@ def advance(
             for idx in finishing[j]:
                 r = reqs[idx]
                 run_steps(idx, r)
-                r._output_token_ids.extend([UNSAMPLED] * (j - 1))
-                token = token_at(r.request_id, r.num_tokens + j - 1)
-                r._output_token_ids.append(token)
-                r.num_tokens += j
-                r._token_source = token_at
-                assert check_stop(r, max_model_len), f"{r.request_id} was expected to finish in step {j}"
-                kv_transfer_params = s._free_request(r)
-                stopped.add(r)
-                step_outputs.append(
-                    EngineCoreOutput(
-                        r.request_id, [token], r.get_finished_reason(), r.stop_reason, kv_transfer_params,
-                        num_preemptions=r.num_preemptions,
-                    )
-                )  # fmt: skip
+                step_outputs.append(_finish_at_cap(s, r, j, token_at, stopped))
             free = pool.get_num_free_blocks()
             if j < m:
                 # The next step's output names them: the runner forgets them.
@@ -450,19 +459,7 @@ def update_steady(s: Scheduler, part: SteadyPart, stopped_running: set[Request])
         r.num_in_flight_tokens -= 1
         out = r._output_token_ids
         if f == 1:
-            token = token_at(r.request_id, r.num_tokens)
-            out.append(token)
-            r.num_tokens += 1
-            r._token_source = token_at
-            assert check_stop(r, s.max_model_len), f"{r.request_id} was expected to finish in this step"
-            kv_transfer_params = s._free_request(r)
-            stopped_running.add(r)
-            finished.append(
-                EngineCoreOutput(
-                    r.request_id, [token], r.get_finished_reason(), r.stop_reason, kv_transfer_params,
-                    num_preemptions=r.num_preemptions,
-                )
-            )  # fmt: skip
+            finished.append(_finish_at_cap(s, r, 1, token_at, stopped_running))
             continue
         # `Request.append_unsampled(1, ...)`, inlined
         ids.append(r.request_id)
