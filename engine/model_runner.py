@@ -36,7 +36,7 @@ class StepPlan:
     shape: StepShape
     # (request id, block table at submit time, computed_before, n, samples)
     entries: list[tuple[str, list[int], int, int, bool]] = field(default_factory=list)
-    # The step's steady-decode requests, handled in bulk (engine/steady_decode.py).
+    # The step's steady-decode requests, handled in bulk (engine/steady_step.py).
     steady: Any = None
 
     def loads(self) -> list[RecvSpec]:

@@ -43,7 +43,7 @@ class OutputProcessorMixin:
         stopped_running: set[Request] = set()
         stopped_preempted: set[Request] = set()
         if scheduler_output.steady is not None:
-            from .steady_decode import update_steady
+            from .steady_step import update_steady
 
             # The step's steady-decode requests first (they lead the running
             # order): one token each, in bulk (engine/steady_decode.py).

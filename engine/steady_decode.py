@@ -12,8 +12,8 @@ order (step by step, requests in running order, a finished request's blocks
 back before the next step's), allocator-call counts, step numbers, fence
 sequence numbers, the runner's block tables, shadow KV reads and writes, the
 finishing requests' outputs and frees, and one `StepRecord` per step.
-`schedule_with_steady` / `update_steady` do the same for one step next to the
-scheduler's real waiting pass.
+engine/steady_step.py does the same for one step next to the scheduler's
+real waiting pass.
 
 What is not covered returns None from `steady_batch` and the node steps as
 usual: async scheduling or a batch queue deeper than one, v0, prefix
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .cost_model import StepShape
-from .outputs import EngineCoreOutput, SchedulerOutput, SteadyTokens
+from .outputs import EngineCoreOutput
 from .records import StepRecord
 from .request import UNSAMPLED, Request, RequestStatus
 from .scheduler import Scheduler
@@ -194,7 +194,7 @@ def block_plan(core: NodeCore, batch: SteadyBatch, m: int) -> tuple[list[list[in
     return per_step, finishing, fits
 
 
-def _finish_at_cap(
+def finish_at_cap(
     s: Scheduler, r: Request, k: int, token_at: Callable[[str, int], int], stopped: set[Request]
 ) -> EngineCoreOutput:
     """`update_from_output` for a steady request's next `k` tokens, the
@@ -304,7 +304,7 @@ def advance(
             for idx in finishing[j]:
                 r = reqs[idx]
                 run_steps(idx, r)
-                step_outputs.append(_finish_at_cap(s, r, j, token_at, stopped))
+                step_outputs.append(finish_at_cap(s, r, j, token_at, stopped))
             free = pool.get_num_free_blocks()
             if j < m:
                 # The next step's output names them: the runner forgets them.
@@ -359,112 +359,3 @@ def advance(
             for rec in records:
                 engine.on_step(rec)
     return steps, outputs
-
-
-# -- one step of steady decode next to the waiting pass ------------------------------------
-@dataclass
-class SteadyPart:
-    """The steady requests of a step scheduled by `schedule_with_steady`."""
-
-    batch: SteadyBatch
-    new_blocks: list[tuple[Request, int]]  # (request, the block it took in this step), in running order
-    starts: list[int]  # per request: its computed tokens before the step
-    token_at: Callable[[str, int], int]
-
-
-def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list[int]]) -> SchedulerOutput:
-    """`Scheduler.schedule()` for a step whose running requests are all in
-    steady decode (one token each, no allocation can fail: `block_plan` for
-    one step fits), with waiting requests: the running pass in bulk, then the
-    real waiting pass. The output carries the steady requests as a
-    `SteadyPart` (`SchedulerOutput.steady`) instead of per-request entries;
-    `total_num_scheduled_tokens` counts them. The model runner and
-    `update_from_output` apply the rest."""
-    s: Scheduler = core.scheduler
-    kvm = s.kv_cache_manager
-    pool = kvm.block_pool
-    s.current_step += 1
-    kvm.new_step_starts()
-    num_running, num_waiting = s.get_request_counts()
-    long_prefill_threshold = s.scheduler_config.long_prefill_token_threshold if num_running + num_waiting > 1 else 0
-    reqs = batch.requests
-    b = len(reqs)
-    # The running pass: one token each, blocks taken in running order (one
-    # call for all: the free queue hands them out front first either way).
-    new_blocks: list[tuple[Request, int]] = []
-    req_to_blocks = kvm.req_to_blocks
-    for idx, block in zip(per_step[1], pool.get_new_blocks(len(per_step[1]))):
-        r = reqs[idx]
-        req_to_blocks[r.request_id].append(block)
-        new_blocks.append((r, block.block_id))
-    kvm.num_allocate_slots_calls += b
-    scheduled_new_reqs: list[Request] = []
-    scheduled_resumed_reqs: list[Request] = []
-    req_to_new_blocks: dict = {}
-    num_scheduled_tokens: dict[str, int] = {}
-    s._schedule_waiting(
-        s.max_num_scheduled_tokens - b,
-        s.scheduler_config.max_num_batched_tokens - b,
-        False,
-        long_prefill_threshold,
-        scheduled_new_reqs,
-        scheduled_resumed_reqs,
-        req_to_new_blocks,
-        num_scheduled_tokens,
-    )
-    total = b + sum(num_scheduled_tokens.values())
-    assert total <= s.max_num_scheduled_tokens
-    so = SchedulerOutput(
-        scheduled_new_reqs=s._make_new_request_data(scheduled_new_reqs, req_to_new_blocks),
-        scheduled_cached_reqs=s._make_cached_request_data([], scheduled_resumed_reqs, req_to_new_blocks),
-        num_scheduled_tokens=num_scheduled_tokens,
-        total_num_scheduled_tokens=total,
-        scheduled_spec_decode_tokens={},
-        num_common_prefix_blocks=[0],
-        finished_req_ids=s.finished_req_ids,
-        preempted_req_ids=s.reset_preempted_req_ids,
-        step_index=s.current_step,
-    )
-    starts = [r.num_computed_tokens for r in reqs]
-    so.steady = SteadyPart(batch, new_blocks, starts, core.sampler.token_at)
-    if s.connector is not None:
-        so.kv_connector_metadata = s.connector.build_connector_meta(so)
-    if s.defer_block_free:
-        s.sched_step_seq += 1
-    so.sched_step_seq = seq = s.sched_step_seq
-    defer = s.defer_block_free
-    for r in reqs:  # `_update_after_schedule` for the steady requests
-        r.num_computed_tokens += 1
-        r.num_in_flight_tokens += 1
-        if defer:
-            r.last_sched_seq = seq
-    s._update_after_schedule(so)
-    return so
-
-
-def update_steady(s: Scheduler, part: SteadyPart, stopped_running: set[Request]) -> list:
-    """`update_from_output` for the steady requests of a step, in running
-    order: one token each; a request reaching its length cap in this step
-    gets its sampled token, stops and is freed there, as on the plain path
-    (`stopped_running` collects it, for the caller to drop from `running`).
-    Returns the `SteadyTokens` of the others, then the finishing ones'
-    outputs."""
-    reqs = part.batch.requests
-    finish_step = part.batch.finish_step
-    token_at = part.token_at
-    ids: list[str] = []
-    firsts: list[int] = []
-    finished: list[EngineCoreOutput] = []
-    for r, f in zip(reqs, finish_step):
-        r.num_in_flight_tokens -= 1
-        out = r._output_token_ids
-        if f == 1:
-            finished.append(_finish_at_cap(s, r, 1, token_at, stopped_running))
-            continue
-        # `Request.append_unsampled(1, ...)`, inlined
-        ids.append(r.request_id)
-        firsts.append(len(out))
-        out.append(UNSAMPLED)
-        r.num_tokens += 1
-        r._token_source = token_at
-    return [SteadyTokens(ids, firsts), *finished]

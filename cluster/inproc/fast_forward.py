@@ -24,7 +24,7 @@ windows.
 
 When requests wait (or the next event is within a step), a steady node
 takes one step the usual way with its running requests' work in bulk
-(`_admission_step`, `steady_decode.schedule_with_steady`).
+(`_admission_step`, `steady_step.schedule_with_steady`).
 
 Switched off with the other fast paths (`engine/fast_paths.py`).
 """
@@ -35,7 +35,8 @@ import heapq
 import math
 from typing import TYPE_CHECKING, Any
 
-from engine.steady_decode import SteadyBatch, advance, block_plan, is_quiet, schedule_with_steady, steady_batch
+from engine.steady_decode import SteadyBatch, advance, block_plan, is_quiet, steady_batch
+from engine.steady_step import schedule_with_steady
 from node.messages import OutputEvent
 from node.role import NodeRole
 from node.step_loop import StepTiming
