@@ -108,6 +108,8 @@ class KVHandoffHandler:
         self.active_pulls = 0
         # The most streams served at once: what an operator sizes memory by.
         self.peak_active_pulls = 0
+        # Streams ended by the server's own bound (`max_stream_s`).
+        self.pulls_cut_at_bound = 0
         # A lost ack makes the consumer report again; pass each request on
         # once. Bounded so a long run does not grow without limit.
         self._done: OrderedDict[str, None] = OrderedDict()
@@ -249,6 +251,7 @@ class _KVHandoffServicer(pb_grpc.KVHandoffServicer):
                         raise TimeoutError
                     await context.write(chunk)
         except TimeoutError:
+            handler.pulls_cut_at_bound += 1
             await self._refuse(context, grpc.StatusCode.DEADLINE_EXCEEDED, "stream took too long")
         except (UnknownRequestError, UnknownBlockError):  # released while streaming
             await self._refuse(context, grpc.StatusCode.NOT_FOUND, "not held")

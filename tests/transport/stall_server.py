@@ -1,7 +1,7 @@
 """A KV server in its own process, for the stalled-readers test: serves one
 16 MiB request built block by block, prints its port, then answers each
 line on stdin with its peak resident set size in bytes, the streams it
-serves now and the most it served at once."""
+serves now, the most it served at once and the streams its bound cut off."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ async def main(max_stream_s: float) -> None:
         loop = asyncio.get_running_loop()
         while await loop.run_in_executor(None, sys.stdin.readline):
             handler = server.handler
-            print(peak_rss_bytes(), handler.active_pulls, handler.peak_active_pulls, flush=True)
+            state = (peak_rss_bytes(), handler.active_pulls, handler.peak_active_pulls, handler.pulls_cut_at_bound)
+            print(*state, flush=True)
 
 
 if __name__ == "__main__":
