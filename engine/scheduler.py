@@ -297,18 +297,13 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
         assert total_num_scheduled_tokens <= self.max_num_scheduled_tokens
         assert len(self.running) <= self.max_num_running_reqs
 
-        new_reqs_data = self._make_new_request_data(scheduled_new_reqs, req_to_new_blocks)
-        cached = self._make_cached_request_data(scheduled_running_reqs, scheduled_resumed_reqs, req_to_new_blocks)
-        scheduler_output = SchedulerOutput(
-            scheduled_new_reqs=new_reqs_data,
-            scheduled_cached_reqs=cached,
-            num_scheduled_tokens=num_scheduled_tokens,
-            total_num_scheduled_tokens=total_num_scheduled_tokens,
-            scheduled_spec_decode_tokens={},
-            num_common_prefix_blocks=[0],
-            finished_req_ids=self.finished_req_ids,
-            preempted_req_ids=self.reset_preempted_req_ids,
-            step_index=self.current_step,
+        scheduler_output = self._make_scheduler_output(
+            scheduled_new_reqs,
+            scheduled_running_reqs,
+            scheduled_resumed_reqs,
+            req_to_new_blocks,
+            num_scheduled_tokens,
+            total_num_scheduled_tokens,
         )
         if self.connector is not None:
             scheduler_output.kv_connector_metadata = self.connector.build_connector_meta(scheduler_output)
@@ -317,6 +312,30 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
         scheduler_output.sched_step_seq = self.sched_step_seq
         self._update_after_schedule(scheduler_output)
         return scheduler_output
+
+    def _make_scheduler_output(
+        self,
+        scheduled_new_reqs: list[Request],
+        scheduled_running_reqs: list[Request],
+        scheduled_resumed_reqs: list[Request],
+        req_to_new_blocks: dict[str, KVCacheBlocks],
+        num_scheduled_tokens: dict[str, int],
+        total_num_scheduled_tokens: int,
+    ) -> SchedulerOutput:
+        """The step's `SchedulerOutput` (also for the steady step, engine/steady_step.py)."""
+        return SchedulerOutput(
+            scheduled_new_reqs=self._make_new_request_data(scheduled_new_reqs, req_to_new_blocks),
+            scheduled_cached_reqs=self._make_cached_request_data(
+                scheduled_running_reqs, scheduled_resumed_reqs, req_to_new_blocks
+            ),
+            num_scheduled_tokens=num_scheduled_tokens,
+            total_num_scheduled_tokens=total_num_scheduled_tokens,
+            scheduled_spec_decode_tokens={},
+            num_common_prefix_blocks=[0],
+            finished_req_ids=self.finished_req_ids,
+            preempted_req_ids=self.reset_preempted_req_ids,
+            step_index=self.current_step,
+        )
 
     @staticmethod
     def _make_new_request_data(reqs: list[Request], req_to_new_blocks: dict) -> list[NewRequestData]:

@@ -78,16 +78,8 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
     )
     total = b + sum(num_scheduled_tokens.values())
     assert total <= s.max_num_scheduled_tokens
-    so = SchedulerOutput(
-        scheduled_new_reqs=s._make_new_request_data(scheduled_new_reqs, req_to_new_blocks),
-        scheduled_cached_reqs=s._make_cached_request_data([], scheduled_resumed_reqs, req_to_new_blocks),
-        num_scheduled_tokens=num_scheduled_tokens,
-        total_num_scheduled_tokens=total,
-        scheduled_spec_decode_tokens={},
-        num_common_prefix_blocks=[0],
-        finished_req_ids=s.finished_req_ids,
-        preempted_req_ids=s.reset_preempted_req_ids,
-        step_index=s.current_step,
+    so = s._make_scheduler_output(
+        scheduled_new_reqs, [], scheduled_resumed_reqs, req_to_new_blocks, num_scheduled_tokens, total
     )
     starts = [r.num_computed_tokens for r in reqs]
     so.steady = SteadyPart(batch, new_blocks, starts, core.sampler.token_at)
