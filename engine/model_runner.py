@@ -203,18 +203,8 @@ class SimModelRunner:
         steady = plan.steady
         if shadow is not None and steady is not None:
             states = self.requests
-            decode = shadow.decode_later
-            pending = shadow._pending
-            for r, start in zip(steady.batch.requests, steady.starts):
-                rid = r.request_id
-                table = states[rid].block_ids
-                merged = pending.get(rid)
-                if merged is not None and merged[0] is table and merged[1] + merged[2] == start:
-                    # `decode_later`'s merge, inlined: once per request and step.
-                    merged[2] += 1
-                    merged[4] = now
-                else:
-                    decode(rid, table, start, 1, now, now)
+            ids = [r.request_id for r in steady.batch.requests]
+            shadow.decode_step_later(ids, [states[rid].block_ids for rid in ids], steady.starts, now)
         for req_id, table, start, n, samples in plan.entries:
             if shadow is not None:
                 if start:

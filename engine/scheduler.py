@@ -216,21 +216,14 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
                 req_index += 1
                 continue
 
+            new_blocks = None
             if req_to_blocks is not None:
                 have = req_to_blocks.get(request.request_id)
                 if have is not None and computed + num_new_tokens + lookahead <= len(have) * block_size:
-                    kvm.num_allocate_slots_calls += 1
-                    scheduled_running_reqs.append(request)
-                    req_to_new_blocks[request.request_id] = NO_NEW_BLOCKS
-                    num_scheduled_tokens[request.request_id] = num_new_tokens
-                    token_budget -= num_new_tokens
-                    input_budget -= num_new_tokens
-                    req_index += 1
-                    if request.spec_token_ids:
-                        request.spec_token_ids = []
-                    continue
+                    kvm.num_allocate_slots_calls += 1  # the call it stands for
+                    new_blocks = NO_NEW_BLOCKS
 
-            while True:
+            while new_blocks is None:
                 new_blocks = allocate_slots(request, num_new_tokens, num_lookahead_tokens=lookahead)
                 if new_blocks is not None:
                     break

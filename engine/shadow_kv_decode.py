@@ -84,6 +84,20 @@ class DecodeChains:
         else:
             self.decode(request_id, block_table, start, n, t_read, t_write)
 
+    def decode_step_later(
+        self, request_ids: list[str], block_tables: list[list[int]], starts: list[int], now: float
+    ) -> None:
+        """`decode_later(id, table, start, 1, now, now)` for each request of
+        one step (once per request and step: the merge is inlined)."""
+        pending = self._pending
+        for request_id, block_table, start in zip(request_ids, block_tables, starts):
+            merged = pending.get(request_id)
+            if merged is not None and merged[0] is block_table and merged[1] + merged[2] == start:
+                merged[2] += 1
+                merged[4] = now
+            else:
+                self.decode_later(request_id, block_table, start, 1, now, now)
+
     def settle(self, request_id: str) -> None:
         """Apply the request's pending decode, if any."""
         pending = self._pending.pop(request_id, None)

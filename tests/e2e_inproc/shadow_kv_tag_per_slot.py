@@ -151,12 +151,14 @@ class ShadowKVStore:
                 if not readers:
                     del self.readers[block]
 
-    _pending: dict = {}  # nothing is ever deferred here (read by the runner's inlined merge)
-
     def decode_later(self, *args) -> None:
         """Applied at once: this store defers nothing, so comparing it with
         `engine.shadow_kv` also checks that deferring changes no finding."""
         self.decode(*args)
+
+    def decode_step_later(self, request_ids, block_tables, starts, now) -> None:
+        for request_id, block_table, start in zip(request_ids, block_tables, starts):
+            self.decode(request_id, block_table, start, 1, now, now)
 
     def retire(self, request_id: str) -> None:
         """Only `forget`: this store keeps every bad-block set, so comparing
