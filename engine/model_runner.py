@@ -203,7 +203,7 @@ class SimModelRunner:
         steady = plan.steady
         if shadow is not None and steady is not None:
             states = self.requests
-            ids = [r.request_id for r in steady.batch.requests]
+            ids = steady.batch.ids
             shadow.decode_step_later(ids, [states[rid].block_ids for rid in ids], steady.starts, now)
         for req_id, table, start, n, samples in plan.entries:
             if shadow is not None:

@@ -43,10 +43,17 @@ if TYPE_CHECKING:
 
 @dataclass
 class SteadyBatch:
+    """The running batch in steady decode, with what every pass over it
+    needs, read once (`steady_batch`); per request, in running order."""
+
     requests: list[Request]  # in running order
     context: int  # the batch's computed tokens before the first step
-    computed: list[int]  # per request: its computed tokens before the first step
-    finish_step: list[int]  # per request: the step that finishes it (by its length cap)
+    computed: list[int]  # its computed tokens before the first step
+    finish_step: list[int]  # the step that finishes it (by its length cap)
+    ids: list[str]  # its request id
+    firsts: list[int]  # its output count before the first step (the first new token's output index)
+    block_due: list[int]  # the first step that needs a new block
+    held: list[int]  # the blocks it holds before the first step
 
     @property
     def first_finish(self) -> int:
@@ -116,12 +123,18 @@ def steady_batch(core: NodeCore, admitting: bool = False) -> SteadyBatch | None:
         return None
     can_sample = core.sampler.can_sample
     max_model_len = s.max_model_len
+    bs = kvm.block_size
+    req_to_blocks = kvm.req_to_blocks
     bad = core.shadow._bad if core.shadow is not None else None
     RUNNING = RequestStatus.RUNNING
     eos_checked: int | None = None
     context = 0
     finish_step: list[int] = []
     computed_before: list[int] = []
+    ids: list[str] = []
+    firsts: list[int] = []
+    block_due: list[int] = []
+    held: list[int] = []
     for r in running:
         computed = r.num_computed_tokens
         if (
@@ -140,49 +153,53 @@ def steady_batch(core: NodeCore, admitting: bool = False) -> SteadyBatch | None:
             if can_sample(eos):
                 return None  # it could stop on a sampled EOS
             eos_checked = eos
-        if bad and r.request_id in bad:
+        rid = r.request_id
+        if bad and rid in bad:
             return None
         # Step j appends output number o + j: it finishes once that reaches
         # max_tokens, or the sequence reaches max_model_len.
-        left = r.max_tokens - len(r._output_token_ids)
+        outputs = len(r._output_token_ids)
+        left = r.max_tokens - outputs
         cap = max_model_len - r.num_tokens
         finish_step.append(left if left < cap else cap)
         computed_before.append(computed)
         context += computed
+        ids.append(rid)
+        firsts.append(outputs)
+        blocks = req_to_blocks.get(rid)
+        have = len(blocks) if blocks is not None else 0
+        held.append(have)
+        # Step j needs slots for computed + j tokens.
+        due = have * bs - computed + 1
+        block_due.append(due if due > 1 else 1)
     if min(finish_step) < 1:
         return None
-    return SteadyBatch(list(running), context, computed_before, finish_step)
+    return SteadyBatch(list(running), context, computed_before, finish_step, ids, firsts, block_due, held)
 
 
 def block_plan(core: NodeCore, batch: SteadyBatch, m: int) -> tuple[list[list[int]], list[list[int]], int]:
     """For steps 1..m: which requests (by running index) take a new block in
     each step, which ones finish in it (their blocks return after the step's
     allocations), and how many steps fit before the free blocks run out."""
-    s: Scheduler = core.scheduler
-    kvm = s.kv_cache_manager
+    kvm = core.scheduler.kv_cache_manager
     bs = kvm.block_size
     per_step: list[list[int]] = [[] for _ in range(m + 1)]
     finishing: list[list[int]] = [[] for _ in range(m + 1)]
     freed = [0] * (m + 1)
-    req_to_blocks = kvm.req_to_blocks
-    for idx, r in enumerate(batch.requests):
-        blocks = req_to_blocks.get(r.request_id)
-        have = len(blocks) if blocks is not None else 0
-        last = batch.finish_step[idx]
+    held = batch.held
+    for idx, (j, last) in enumerate(zip(batch.block_due, batch.finish_step)):
         if last > m:
-            last = 0
-        end = last or m
-        # Step j needs slots for computed + j tokens.
-        j = have * bs - r.num_computed_tokens + 1
-        if j < 1:
-            j = 1
-        while j <= end:
+            while j <= m:
+                per_step[j].append(idx)
+                j += bs
+            continue
+        have = held[idx]
+        while j <= last:
             per_step[j].append(idx)
             have += 1
             j += bs
-        if last:
-            finishing[last].append(idx)
-            freed[last] += have
+        finishing[last].append(idx)
+        freed[last] += have
     free = kvm.block_pool.get_num_free_blocks()
     fits = m
     for j in range(1, m + 1):
@@ -317,19 +334,20 @@ def advance(
     if defer:
         s.sched_step_seq = s.processed_step_seq = seq0 + m
 
-    # Everyone else: m tokens. `Request.append_unsampled`, inlined: this is
-    # the per-request cost of a forward.
+    # Everyone else: m tokens. `Request.append_unsampled`, inlined, and the
+    # step's scheduling (`run_steps`) unless a shadow store must see it: this
+    # loop is the per-request cost of a forward.
     unsampled = [UNSAMPLED] * m
-    finish_step = batch.finish_step
-    if shadow is not None or defer:
-        for idx, r in enumerate(reqs):
-            if finish_step[idx] > m:
-                run_steps(idx, r)
-    for idx, r in enumerate(reqs):
-        if finish_step[idx] <= m:
+    seq = seq0 + m
+    for idx, (r, f) in enumerate(zip(reqs, batch.finish_step)):
+        if f <= m:
             continue
-        if shadow is None and not defer:
+        if shadow is not None:
+            run_steps(idx, r)
+        else:
             r.num_computed_tokens += m
+            if defer:
+                r.last_sched_seq = seq
         r._output_token_ids.extend(unsampled)
         r.num_tokens += m
         r._token_source = token_at

@@ -81,8 +81,7 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
     so = s._make_scheduler_output(
         scheduled_new_reqs, [], scheduled_resumed_reqs, req_to_new_blocks, num_scheduled_tokens, total
     )
-    starts = [r.num_computed_tokens for r in reqs]
-    so.steady = SteadyPart(batch, new_blocks, starts, core.sampler.token_at)
+    so.steady = SteadyPart(batch, new_blocks, batch.computed, core.sampler.token_at)
     if s.connector is not None:
         so.kv_connector_metadata = s.connector.build_connector_meta(so)
     if s.defer_block_free:
@@ -105,22 +104,20 @@ def update_steady(s: Scheduler, part: SteadyPart, stopped_running: set[Request])
     (`stopped_running` collects it, for the caller to drop from `running`).
     Returns the `SteadyTokens` of the others, then the finishing ones'
     outputs."""
-    reqs = part.batch.requests
-    finish_step = part.batch.finish_step
+    batch = part.batch
     token_at = part.token_at
-    ids: list[str] = []
-    firsts: list[int] = []
     finished: list[EngineCoreOutput] = []
-    for r, f in zip(reqs, finish_step):
+    for r, f in zip(batch.requests, batch.finish_step):
         r.num_in_flight_tokens -= 1
-        out = r._output_token_ids
         if f == 1:
             finished.append(finish_at_cap(s, r, 1, token_at, stopped_running))
             continue
         # `Request.append_unsampled(1, ...)`, inlined
-        ids.append(r.request_id)
-        firsts.append(len(out))
-        out.append(UNSAMPLED)
+        r._output_token_ids.append(UNSAMPLED)
         r.num_tokens += 1
         r._token_source = token_at
-    return [SteadyTokens(ids, firsts), *finished]
+    if not finished:
+        return [SteadyTokens(batch.ids, batch.firsts)]
+    # Each token's output index is the request's output count before the step.
+    keep = [i for i, f in enumerate(batch.finish_step) if f != 1]
+    return [SteadyTokens([batch.ids[i] for i in keep], [batch.firsts[i] for i in keep]), *finished]

@@ -168,9 +168,7 @@ class SteadyDecodeForwarder:
             executor.busy_time += runs[j]
             done = pipeline.finish_time(times[j], runs[j])
             assert done == times[j + 1], (done, times[j + 1])
-        requests = batch.requests
-        ids = [r.request_id for r in requests]
-        firsts = [len(r._output_token_ids) for r in requests]
+        ids, firsts = batch.ids, batch.firsts
         steps, finished = advance(core, batch, per_step, finishing, m, times, durations, shapes)
         if node.loop.keep_timings:
             first_index = core.scheduler.current_step - m + 1
