@@ -117,6 +117,8 @@ class Request:
         # advanced over hold UNSAMPLED until someone reads the ids, which are
         # then drawn from this sampler function (ids depend only on position).
         self._token_source: Callable[[str, int], int] | None = None
+        # The scheduler epoch in which it last passed steady decode's checks.
+        self.steady_epoch = -1
 
     # -- token views -------------------------------------------------------
     @property

@@ -71,6 +71,10 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
 
         self.prefill_capacity_bound = False
         self.current_step = 0
+        # Bumped by every plain `schedule()`: a running request that passed
+        # the steady-decode checks in this epoch still passes them
+        # (engine/steady_decode.py, `Request.steady_epoch`).
+        self.steady_epoch = 0
         self.counters = SchedulerCounters()
 
     # ------------------------------------------------------------------ queue
@@ -158,6 +162,7 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
     # --------------------------------------------------------------- schedule
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         self.current_step += 1
+        self.steady_epoch += 1  # the steady-decode checks of running requests are stale now
         scheduled_new_reqs: list[Request] = []
         scheduled_resumed_reqs: list[Request] = []
         scheduled_running_reqs: list[Request] = []

@@ -135,24 +135,31 @@ def steady_batch(core: NodeCore, admitting: bool = False) -> SteadyBatch | None:
     firsts: list[int] = []
     block_due: list[int] = []
     held: list[int] = []
+    epoch = s.steady_epoch
     for r in running:
         computed = r.num_computed_tokens
-        if (
-            r.num_tokens != computed + 1
-            or r.status != RUNNING
-            or r.is_prefill_chunk
-            or r.num_output_placeholders
-            or r.num_in_flight_tokens
-            or r.num_stale_output_tokens
-            or r.spec_token_ids
-            or r.sampling_params.stop_token_ids
-        ):
+        if r.num_tokens != computed + 1:
             return None
-        eos = r.eos_token_id
-        if eos is not None and eos != eos_checked:
-            if can_sample(eos):
-                return None  # it could stop on a sampled EOS
-            eos_checked = eos
+        if r.steady_epoch != epoch:
+            # Checked once per epoch (`Scheduler.steady_epoch`): only a plain
+            # `schedule()` (which starts a new one) can change these for a
+            # running request; steady steps keep them as they are.
+            if (
+                r.status != RUNNING
+                or r.is_prefill_chunk
+                or r.num_output_placeholders
+                or r.num_in_flight_tokens
+                or r.num_stale_output_tokens
+                or r.spec_token_ids
+                or r.sampling_params.stop_token_ids
+            ):
+                return None
+            eos = r.eos_token_id
+            if eos is not None and eos != eos_checked:
+                if can_sample(eos):
+                    return None  # it could stop on a sampled EOS
+                eos_checked = eos
+            r.steady_epoch = epoch
         rid = r.request_id
         if bad and rid in bad:
             return None
