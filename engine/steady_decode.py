@@ -250,14 +250,13 @@ def advance(
     times: list[float],
     durations: list[float],
     shapes: list[StepShape],
-) -> tuple[list[int], dict[int, list[EngineCoreOutput]]]:
+) -> dict[int, list[EngineCoreOutput]]:
     """Apply steps 1..m; `times[j]` is when step j+1 is scheduled (times[0]
     now, times[j] the end of step j) and `durations[j-1]` step j's modelled
     time. The steps' records go to the engine (and its observer), as each
-    step's would. Returns how many steps each request took part in, and the
-    outputs of the requests each step finished (by their length cap), as
-    `update_from_output` makes them; every other output of these steps is one
-    token per request and step."""
+    step's would. Returns the outputs of the requests each step finished (by
+    their length cap), as `update_from_output` makes them; every other output
+    of these steps is one token per request and step."""
     s: Scheduler = core.scheduler
     kvm = s.kv_cache_manager
     pool = kvm.block_pool
@@ -383,4 +382,4 @@ def advance(
         if engine.on_step is not None:
             for rec in records:
                 engine.on_step(rec)
-    return steps, outputs
+    return outputs
