@@ -84,6 +84,27 @@ class EventLoop:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
+    def first_live(self, k: int) -> list[tuple[float, int, Callable, tuple]]:
+        """The `k` earliest events that will run (fewer if there are not
+        that many), in order, without taking them off the queue; cancelled
+        timers are passed over. A best-first walk of the heap from its root:
+        it reads only the entries that come before the `k`th live one and
+        their children."""
+        heap, fire = self._heap, self._fire
+        out: list[tuple[float, int, Callable, tuple]] = []
+        if not heap:
+            return out
+        n = len(heap)
+        frontier = [(heap[0], 0)]  # entries are unique by (time, seq): functions are never compared
+        while frontier and len(out) < k:
+            event, i = heapq.heappop(frontier)
+            if event[2] is not fire or not event[3][0].cancelled:
+                out.append(event)
+            for child in (2 * i + 1, 2 * i + 2):
+                if child < n:
+                    heapq.heappush(frontier, (heap[child], child))
+        return out
+
     @property
     def pending(self) -> int:
         return len(self._heap)

@@ -31,7 +31,6 @@ Switched off with the other fast paths (`engine/fast_paths.py`).
 
 from __future__ import annotations
 
-import heapq
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -88,24 +87,27 @@ class SteadyDecodeForwarder:
     def _limits(self) -> tuple[float, float]:
         """(horizon, arrival): forwarded steps end before `horizon` and start
         before `arrival` (never ending exactly at it). From the first events in
-        the loop (a heap holds its k smallest in its first 2^k - 1 slots):
+        the loop that will run (`EventLoop.first_live`):
         this node's harmless pending outputs are skipped, passable events
-        (`_passable`) may follow; the first other event is the horizon."""
-        heap = self.cluster.loop._heap
-        first = heapq.nsmallest(4, heap[:15])
+        (`_passable`) may follow, cancelled timers do not count; the first
+        other event is the horizon."""
+        # A cancelled timer (a prefill node's hold timer, cancelled by the
+        # done report) does nothing when its time comes, not even move the
+        # clock: it limits nothing.
+        live = self.cluster.loop.first_live(4)
         i = 0
-        if first and self._harmless(first[0][2], first[0][3]):
+        if live and self._harmless(live[0][2], live[0][3]):
             i = 1
         arrival = math.inf
-        while i < len(first):
-            event = first[i]
+        while i < len(live):
+            event = live[i]
             if not self._passable(event[2], event[3]):
                 return event[0], arrival
             if arrival == math.inf:
                 arrival = event[0]
             i += 1
         # Past what we looked at: the last event seen is as far as we may go.
-        return (first[-1][0] if len(first) == 4 else math.inf), arrival
+        return (live[-1][0] if len(live) == 4 else math.inf), arrival
 
     def __call__(self) -> bool:
         cluster = self.cluster

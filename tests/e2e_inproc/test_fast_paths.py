@@ -18,6 +18,7 @@ import random
 import pytest
 
 from cluster.inproc import run_inproc
+from cluster.inproc.cluster import InProcCluster
 from cluster.spec import ClusterSpec
 from engine import fast_paths
 from engine.records import WorkloadRequest
@@ -174,6 +175,25 @@ def test_fast_forward_stops_when_blocks_run_out() -> None:
     assert_identical(plain, fast)
     assert fast.node_counters["decode-0"]["num_preemptions"] > 0
     assert fast.extra["steps_fast_forwarded"] > 0
+
+
+def test_cancelled_hold_timers_end_no_forward() -> None:
+    """A prefill node's hold timer, cancelled by the done report, stays in
+    the loop's queue until its time; it runs nothing then, so a forward on
+    the decode node passes over it: as many forwards with hold timers that
+    come due mid-decode as with ones far past the end of the run."""
+    workload = [WorkloadRequest(f"r{i}", 0.001 * i, 100, 400) for i in range(4)]
+    jumps = {}
+    for hold in (0.5, 1000.0):
+        spec = _steady_cluster(1, False).model_copy(update={"kv_hold_timeout_s": hold})
+        cluster = InProcCluster(spec, seed=0)
+        cluster.submit(workload)
+        result = cluster.run()
+        assert result.node_counters["prefill-0"]["kv_hold_timeouts"] == 0
+        jumps[hold] = [f.jumps for f in cluster._forwarders]
+    assert jumps[0.5] == jumps[1000.0]
+    plain, fast = _both(_steady_cluster(1, False).model_copy(update={"kv_hold_timeout_s": 0.5}), workload)
+    assert_identical(plain, fast)
 
 
 def test_fast_forward_with_a_closed_loop_backlog() -> None:

@@ -1,0 +1,61 @@
+"""The virtual-clock event loop: same-time order, cancelled timers, and
+`first_live` (what the steady-decode fast-forward reads of the queue)."""
+
+from __future__ import annotations
+
+import random
+
+from cluster.inproc.clock import EventLoop
+
+
+def test_events_due_at_one_time_run_in_scheduling_order():
+    loop = EventLoop()
+    ran: list[str] = []
+    loop.at(1.0, ran.append, "b")
+    loop.at(0.5, ran.append, "a")
+    loop.at(1.0, ran.append, "c")
+    loop.run()
+    assert ran == ["a", "b", "c"]
+    assert loop.now() == 1.0
+
+
+def test_a_cancelled_timer_neither_runs_nor_moves_the_clock():
+    loop = EventLoop()
+    ran: list[str] = []
+    loop.at(1.0, ran.append, "x")
+    loop.call_at(5.0, ran.append, "never").cancel()
+    loop.run()
+    assert ran == ["x"]
+    assert loop.now() == 1.0
+    assert loop.num_events == 1
+
+
+def test_first_live_passes_over_cancelled_timers_and_keeps_the_queue():
+    loop = EventLoop()
+    timers = [loop.call_at(t, print) for t in (0.1, 0.2, 0.3, 0.4)]
+    loop.at(0.25, print, "a")
+    loop.at(0.5, print, "b")
+    for timer in timers[:3]:
+        timer.cancel()
+    live = loop.first_live(4)
+    assert [e[0] for e in live] == [0.25, 0.4, 0.5]  # fewer than 4 live events exist
+    assert loop.pending == 6
+    assert [e[0] for e in loop.first_live(1)] == [0.25]
+    assert EventLoop().first_live(4) == []
+
+
+def test_first_live_is_the_order_the_loop_runs_them_in():
+    for seed in range(30):
+        rng = random.Random(seed)
+        loop = EventLoop()
+        for _ in range(rng.randint(0, 60)):
+            t = rng.choice([0.0, 1.0, 2.0]) if rng.random() < 0.3 else rng.uniform(0, 3)
+            if rng.random() < 0.5:
+                timer = loop.call_at(t, print)
+                if rng.random() < 0.6:
+                    timer.cancel()
+            else:
+                loop.at(t, print)
+        expected = sorted(e for e in loop._heap if e[2] is not loop._fire or not e[3][0].cancelled)
+        for k in (1, 4, 10):
+            assert loop.first_live(k) == expected[:k], seed
