@@ -142,8 +142,8 @@ class SimModelRunner:
             # Running requests decoding one token each: a block where they took one.
             for r, new_id in steady.new_blocks:
                 reqs[r.request_id].block_ids.append(new_id)
-                if shadow is not None:
-                    shadow.assign((new_id,), r.request_id)
+            if shadow is not None and steady.new_blocks:
+                shadow.assign_each([(new_id, r.request_id) for r, new_id in steady.new_blocks])
 
         if swap_in and self.cpu_shadow is not None:  # after the resumed requests' fresh tables were assigned
             self.cpu_shadow.swap_in(swap_in)

@@ -97,8 +97,11 @@ class NodeCore:
             self.scheduler = create_scheduler_for(self.vllm_config, self.connector)
             depth = self.vllm_config.max_concurrent_batches
         self.sampler = DeterministicSampler(spec.sampler_seed, spec.stop_probability)
+        # Without prefix caching no block has a hash to check hits against:
+        # the store then keeps no content (`_expected_hash` would say None).
+        hashes = self._expected_hash if spec.cache.enable_prefix_caching and not self.is_v0 else None
         self.shadow = (
-            ShadowKVStore(spec.cache.num_gpu_blocks, spec.cache.block_size, expected_hash=self._expected_hash)
+            ShadowKVStore(spec.cache.num_gpu_blocks, spec.cache.block_size, expected_hash=hashes)
             if spec.shadow_kv
             else None
         )

@@ -30,8 +30,9 @@ step's write a few integer updates instead of a tag per token.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from itertools import repeat
 
 from . import fast_paths
 from .shadow_kv_decode import DecodeChains
@@ -120,42 +121,49 @@ class ShadowKVStore(DecodeChains):
                     del self._bad[request_id]
 
     def assign(self, block_ids, request_id: str) -> None:
+        self.assign_each(zip(block_ids, repeat(request_id)))
+
+    def assign_each(self, pairs: Iterable[tuple[int, str]]) -> None:
+        """Each (block, request) pair in order: the block now belongs to the
+        request (a step's new blocks, one per request that took one, in one
+        call)."""
         owner = self.owner
         bad_of = self._bad
         readers = self.readers
         retired = self._retired
-        # The request's own pending decode stays: it wrote only blocks it
+        # A request's own pending decode stays: it wrote only blocks it
         # already had, and its later writes into these come after this.
         pending, chain = self._pending, self._chain
         slots, owned, foreign, content = self.slots, self.owned, self.foreign, self.content
-        mine = bad_of.get(request_id)
-        for b in block_ids:
+        for b, request_id in pairs:
             old = owner[b]
-            if old != request_id:
-                if old in chain:
-                    # The block leaves a chained request: apply what it wrote first.
-                    if pending:
-                        self.settle(old)
-                    chain.pop(old, None)
-                # The previous owner (and readers) may still read it through a stale table.
-                if old is not None and old not in retired:
-                    bad = bad_of.get(old)
-                    if bad is None:
-                        bad = bad_of[old] = set()
-                    bad.add(b)
-                if b in readers:
-                    self._drop_readers(b)
-                    mine = bad_of.get(request_id)  # a reader taking the block over was marked too
+            if old == request_id:
+                continue
+            if old in chain:
+                # The block leaves a chained request: apply what it wrote first
+                # (that cannot mark anyone: a chained request's writes go cleanly).
+                if pending:
+                    self.settle(old)
+                chain.pop(old, None)
+            # The previous owner (and readers) may still read it through a stale table.
+            if old is not None and old not in retired:
+                bad = bad_of.get(old)
+                if bad is None:
+                    bad = bad_of[old] = set()
+                bad.add(b)
+            if b in readers:
+                self._drop_readers(b)  # a reader taking the block over is marked too
+            if bad_of:
+                mine = bad_of.get(request_id)
                 if mine is not None:
                     mine.discard(b)
                     if not mine:
                         del bad_of[request_id]
-                        mine = None
-                owner[b] = request_id
-                slots[b] = None
-                owned[b] = 0
-                foreign[b] = 0
-                content[b] = None
+            owner[b] = request_id
+            slots[b] = None
+            owned[b] = 0
+            foreign[b] = 0
+            content[b] = None
 
     def share(self, block_ids, request_id: str, first_index: int = 0) -> None:
         """`request_id` hit these blocks (block indices from `first_index`) in

@@ -263,7 +263,7 @@ def advance(
     runner = core.runner
     shadow = core.shadow
     engine = core.engine
-    reqs = batch.requests
+    reqs, ids = batch.requests, batch.ids
     states = runner.requests
     # The first step's output names the requests finished since the last one:
     # the runner forgets them then.
@@ -311,13 +311,15 @@ def advance(
             assert not taken
             taken = pool.get_new_blocks(want_from[j])
             taken.reverse()  # pop() from the end = the front of the queue first
+        assigned = []
         for idx in per_step[j]:
-            r = reqs[idx]
+            rid = ids[idx]
             block = taken.pop()
-            req_to_blocks[r.request_id].append(block)
-            states[r.request_id].block_ids.append(block.block_id)
-            if shadow is not None:
-                shadow.assign((block.block_id,), r.request_id)
+            req_to_blocks[rid].append(block)
+            states[rid].block_ids.append(block.block_id)
+            assigned.append((block.block_id, rid))
+        if shadow is not None and assigned:
+            shadow.assign_each(assigned)
         free -= len(per_step[j])
         free_after.append(free)
         if finishing[j]:

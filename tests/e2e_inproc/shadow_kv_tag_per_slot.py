@@ -103,6 +103,10 @@ class ShadowKVStore:
                 if not bad:
                     del self._bad[request_id]
 
+    def assign_each(self, pairs) -> None:
+        for b, request_id in pairs:
+            self.assign((b,), request_id)
+
     def assign(self, block_ids, request_id: str) -> None:
         owner = self.owner
         for b in block_ids:
