@@ -95,6 +95,10 @@ def child(args_json: str) -> None:
     rows = json.loads(Path(a["workload_file"]).read_text())
     wl = [WorkloadRequest(r[0], r[1], r[2], r[3]) for r in rows]
     spec = ClusterSpec.model_validate(a["cluster"])
+    if a.get("dry"):
+        # Everything but the run (benchmarks/inproc_instructions.py subtracts this).
+        print("RESULT " + json.dumps({"engine_file": engine.__file__}))
+        return
     t0, c0 = time.perf_counter(), time.process_time()
     result = run_inproc(spec, wl, seed=0)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
