@@ -232,7 +232,7 @@ class BlockPool:
                 raise AssertionError(f"double free of block {block.block_id}")
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
-                if caching and block.block_hash is not None:
+                if block.block_hash is not None:  # (caching is on here)
                     to_tail.append(block)
                 else:
                     to_front.append(block)

@@ -128,9 +128,8 @@ class NodeCore:
 
     def _expected_hash(self, request_id: str, block_index: int) -> int | None:
         """The prefix-cache hash of a request's block (None: not full, or not
-        known here), for the shadow store's check of cache hits."""
-        if self.is_v0 or not self.spec.cache.enable_prefix_caching:
-            return None
+        known here), for the shadow store's check of cache hits. Given to
+        the store only with prefix caching on a v1 node."""
         request = self.scheduler.requests.get(request_id)
         if request is None:
             return None

@@ -278,11 +278,9 @@ def advance(
     token_at = core.sampler.token_at
     defer = s.defer_block_free
     seq0 = s.sched_step_seq
-    steps = [m if f > m else f for f in batch.finish_step]
 
-    def run_steps(idx: int, r: Request) -> None:
-        """Request `idx`'s counters and shadow KV over its steps in this forward."""
-        n = steps[idx]
+    def run_steps(r: Request, n: int) -> None:
+        """The request's counters and shadow KV over its `n` steps in this forward."""
         c = r.num_computed_tokens
         if shadow is not None:
             # Reads and writes as the steps make them; no request here has a
@@ -328,7 +326,7 @@ def advance(
             step_outputs = outputs[j] = []
             for idx in finishing[j]:
                 r = reqs[idx]
-                run_steps(idx, r)
+                run_steps(r, j)
                 step_outputs.append(finish_at_cap(s, r, j, token_at, stopped))
             free = pool.get_num_free_blocks()
             if j < m:
@@ -338,7 +336,8 @@ def advance(
                     runner.forget(rid)
                     runner.retire(rid)
                 s.finished_req_ids = set()
-    kvm.num_allocate_slots_calls += sum(steps)
+    # One (skipped or real) allocation call per request and step it took part in.
+    kvm.num_allocate_slots_calls += m * len(reqs) - sum((m - j) * len(finishing[j]) for j in range(1, m + 1))
     if defer:
         s.sched_step_seq = s.processed_step_seq = seq0 + m
 
@@ -347,11 +346,11 @@ def advance(
     # loop is the per-request cost of a forward.
     unsampled = [UNSAMPLED] * m
     seq = seq0 + m
-    for idx, (r, f) in enumerate(zip(reqs, batch.finish_step)):
+    for r, f in zip(reqs, batch.finish_step):
         if f <= m:
             continue
         if shadow is not None:
-            run_steps(idx, r)
+            run_steps(r, m)
         else:
             r.num_computed_tokens += m
             if defer:

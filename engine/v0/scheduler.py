@@ -14,22 +14,20 @@ The order rules that decide who is served (docs/reference.md, "v0: The six order
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections import deque
 from itertools import islice
 
 from engine.v0 import starvation
 from engine.v0.block_manager import AllocStatus, BlockSpaceManagerV1
+from engine.v0.block_ops import BlockOpsMixin, PreemptionMode
 from engine.v0.config import CacheConfig, SchedulerConfig
 from engine.v0.loglines import (
     LOGGER_NAME,
     format_chunked_prefill_enabled,
-    format_preemption_warning,
     format_prompt_exceeds_capacity,
     format_prompt_too_long,
     format_swap_in_infeasible,
-    should_warn_preemption,
 )
 from engine.v0.policy import Policy, PolicyFactory
 from engine.v0.scheduler_outputs import (
@@ -46,20 +44,12 @@ from engine.v0.sequence import Sequence, SequenceGroup, SequenceStage, SequenceS
 logger = logging.getLogger(LOGGER_NAME)
 
 
-class PreemptionMode(enum.Enum):
-    """SWAP: blocks move to the CPU pool. RECOMPUTE: blocks are dropped and the
-    sequence is prefilled again (prompt + outputs so far)."""
-
-    SWAP = enum.auto()
-    RECOMPUTE = enum.auto()
-
-
 def samples(seq: Sequence, is_prompt: bool, token_chunk_size: int) -> bool:
     """`do_sample`: a prefill chunk that stops short of the sequence's end samples nothing."""
     return not is_prompt or token_chunk_size + seq._num_computed_tokens >= seq._len
 
 
-class Scheduler:
+class Scheduler(BlockOpsMixin):
     def __init__(self, scheduler_config: SchedulerConfig, cache_config: CacheConfig) -> None:
         self.scheduler_config = scheduler_config
         self.cache_config = cache_config
@@ -400,69 +390,6 @@ class Scheduler:
                 )
             )
         return metadata, scheduler_outputs
-
-    # -- block bookkeeping ---------------------------------------------------------
-    def free_seq(self, seq: Sequence) -> None:
-        self.block_manager.free(seq)
-
-    def free_finished_seq_groups(self) -> None:
-        # vLLM also scans `swapped` and `waiting`, but here a group there is never
-        # finished (aborts remove it, ignored prompts are popped): skipping the
-        # scan keeps a long backlog cheap and changes nothing.
-        finished = [g.request_id for g in self.running if g.seqs[0].status > SequenceStatus.SWAPPED]
-        if finished:
-            self._finished_requests_ids += finished
-            self.running = deque(g for g in self.running if not g.is_finished())
-
-    def _allocate_and_set_running(self, seq_group: SequenceGroup) -> None:
-        self.block_manager.allocate(seq_group)
-        for seq in seq_group.get_seqs(status=SequenceStatus.WAITING):
-            seq.status = SequenceStatus.RUNNING
-
-    def _append_slots(self, seq_group: SequenceGroup) -> None:
-        for seq in seq_group.get_seqs(status=SequenceStatus.RUNNING):
-            self.block_manager.append_slots(seq)
-
-    def _preempt(self, seq_group: SequenceGroup, blocks_to_swap_out: list[tuple[int, int]]) -> PreemptionMode:
-        if self.user_specified_preemption_mode is None:
-            # One running sequence can be recomputed; vLLM swaps multi-sequence groups.
-            mode = PreemptionMode.RECOMPUTE if seq_group.get_max_num_running_seqs() == 1 else PreemptionMode.SWAP
-        elif self.user_specified_preemption_mode == "swap":
-            mode = PreemptionMode.SWAP
-        else:
-            mode = PreemptionMode.RECOMPUTE
-        if should_warn_preemption(self.num_cumulative_preemption):
-            logger.warning(format_preemption_warning(seq_group.request_id, mode, self.num_cumulative_preemption + 1))
-        self.num_cumulative_preemption += 1
-        self.num_preemptions_by_mode[mode] += 1
-        if mode is PreemptionMode.RECOMPUTE:
-            self._preempt_by_recompute(seq_group)
-        else:
-            self._swap_out(seq_group, blocks_to_swap_out)
-        return mode
-
-    def _preempt_by_recompute(self, seq_group: SequenceGroup) -> None:
-        seqs = seq_group.get_seqs(status=SequenceStatus.RUNNING)
-        assert len(seqs) == 1
-        for seq in seqs:
-            seq.status = SequenceStatus.WAITING
-            self.free_seq(seq)
-            seq.reset_state_for_recompute()
-
-    def _swap_in(self, seq_group: SequenceGroup, blocks_to_swap_in: list[tuple[int, int]]) -> None:
-        blocks_to_swap_in.extend(self.block_manager.swap_in(seq_group))
-        for seq in seq_group.get_seqs(status=SequenceStatus.SWAPPED):
-            seq.status = SequenceStatus.RUNNING
-
-    def _swap_out(self, seq_group: SequenceGroup, blocks_to_swap_out: list[tuple[int, int]]) -> None:
-        if not self.block_manager.can_swap_out(seq_group):
-            # vLLM aborts the whole engine here; there is no fallback to recompute.
-            raise RuntimeError(
-                "Aborted due to the lack of CPU swap space. Please increase the swap space to avoid this error."
-            )
-        blocks_to_swap_out.extend(self.block_manager.swap_out(seq_group))
-        for seq in seq_group.get_seqs(status=SequenceStatus.RUNNING):
-            seq.status = SequenceStatus.SWAPPED
 
     def _get_num_new_tokens(
         self, seq_group: SequenceGroup, status: SequenceStatus, enable_chunking: bool, budget: SchedulingBudget
