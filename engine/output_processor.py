@@ -43,11 +43,10 @@ class OutputProcessorMixin:
         stopped_running: set[Request] = set()
         stopped_preempted: set[Request] = set()
         if scheduler_output.steady is not None:
-            from .steady_step import update_steady
-
             # The step's steady-decode requests first (they lead the running
-            # order): one token each, in bulk (engine/steady_decode.py).
-            outputs.extend(update_steady(self, scheduler_output.steady, stopped_running))
+            # order): one token each, in bulk (engine/steady_step.py; the part
+            # brings its own update: no import of it here, which would be circular).
+            outputs.extend(scheduler_output.steady.update(self, stopped_running))
         requests = self.requests
         max_model_len = self.max_model_len
         req_id_to_index = model_runner_output.req_id_to_index

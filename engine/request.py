@@ -117,8 +117,12 @@ class Request:
         # advanced over hold UNSAMPLED until someone reads the ids, which are
         # then drawn from this sampler function (ids depend only on position).
         self._token_source: Callable[[str, int], int] | None = None
-        # The scheduler epoch in which it last passed steady decode's checks.
-        self.steady_epoch = -1
+        # In a steady-decode cohort (`engine/steady_cohort.py`), in absolute
+        # steps: the step that finishes it, its first step that takes a new
+        # block, and its computed tokens minus the current step.
+        self.steady_finish = 0
+        self.steady_due = 0
+        self.steady_offset = 0
 
     # -- token views -------------------------------------------------------
     @property

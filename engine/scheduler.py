@@ -20,6 +20,7 @@ from .output_processor import OutputProcessorMixin
 from .outputs import CachedRequestData, NewRequestData, SchedulerOutput
 from .request import Request, RequestStatus
 from .request_queue import create_request_queue
+from .steady_cohort import SteadyCohort
 from .waiting_pass import WaitingPassMixin
 
 
@@ -71,10 +72,11 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
 
         self.prefill_capacity_bound = False
         self.current_step = 0
-        # Bumped by every plain `schedule()`: a running request that passed
-        # the steady-decode checks in this epoch still passes them
-        # (engine/steady_decode.py, `Request.steady_epoch`).
+        # Bumped by every plain `schedule()`: the steady-decode cohort of an
+        # older epoch is stale (engine/steady_cohort.py). Only a plain step
+        # can undo the cohort's checks of a running request.
         self.steady_epoch = 0
+        self.steady_cohort: SteadyCohort | None = None
         self.counters = SchedulerCounters()
 
     # ------------------------------------------------------------------ queue
@@ -162,7 +164,7 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
     # --------------------------------------------------------------- schedule
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         self.current_step += 1
-        self.steady_epoch += 1  # the steady-decode checks of running requests are stale now
+        self.steady_epoch += 1  # the steady-decode cohort is stale now
         scheduled_new_reqs: list[Request] = []
         scheduled_resumed_reqs: list[Request] = []
         scheduled_running_reqs: list[Request] = []

@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING
 from .cost_model import StepShape
 from .outputs import EngineCoreOutput
 from .records import StepRecord
-from .request import UNSAMPLED, Request, RequestStatus
+from .request import UNSAMPLED, Request
 from .scheduler import Scheduler
+from .steady_cohort import SteadyCohort, sync
 from .stop_checker import check_stop
 
 if TYPE_CHECKING:
@@ -43,43 +44,58 @@ if TYPE_CHECKING:
 
 @dataclass
 class SteadyBatch:
-    """The running batch in steady decode, with what every pass over it
-    needs, read once (`steady_batch`); per request, in running order."""
+    """The running batch in steady decode, as `steady_batch` found it: its
+    requests in running order and what every pass over it needs, from the
+    node's cohort (engine/steady_cohort.py). Step j of the batch is absolute
+    step `base + j`."""
 
-    requests: list[Request]  # in running order
+    requests: list[Request]  # in running order (a copy)
+    ids: list[str]  # their request ids (a copy)
+    base: int  # the scheduler's current step when read
     context: int  # the batch's computed tokens before the first step
-    computed: list[int]  # its computed tokens before the first step
-    finish_step: list[int]  # the step that finishes it (by its length cap)
-    ids: list[str]  # its request id
-    firsts: list[int]  # its output count before the first step (the first new token's output index)
-    block_due: list[int]  # the first step that needs a new block
-    held: list[int]  # the blocks it holds before the first step
+    cohort: SteadyCohort
 
     @property
     def first_finish(self) -> int:
-        return min(self.finish_step)
+        return min(self.cohort.by_finish) - self.base
 
     @property
     def last_finish(self) -> int:
-        return max(self.finish_step)
+        return max(self.cohort.by_finish) - self.base
+
+    def finishing(self, j: int) -> list[Request]:
+        """The requests step j finishes (by their length cap), in running order."""
+        return list(self.cohort.by_finish.get(self.base + j, ()))
+
+    def output_counts(self) -> list[int]:
+        """Per request, its outputs so far (before the first step: the first
+        new token's output index)."""
+        return [len(r._output_token_ids) for r in self.requests]
+
+    # What the cohort keeps, per request as relative steps (for tests and tools).
+    @property
+    def finish_step(self) -> list[int]:
+        return [r.steady_finish - self.base for r in self.requests]
+
+    @property
+    def block_due(self) -> list[int]:
+        return [self.cohort.due_after(r.steady_due, self.base) - self.base for r in self.requests]
 
     def shapes(self):
         """The shapes of steps 1, 2, ...: one decode token per request still
         running, each attending to its computed tokens plus the new one; a
         request leaves after the step that finishes it."""
-        leave: dict[int, tuple[int, int]] = {}
-        for c, f in zip(self.computed, self.finish_step):
-            n, sc = leave.get(f, (0, 0))
-            leave[f] = (n + 1, sc + c)
+        by_finish, base = self.cohort.by_finish, self.base
         n, sc, j = len(self.requests), self.context, 0
         while n > 0:
             j += 1
             ctx = sc + n * j
             yield StepShape(0, n, ctx, n, ctx, 0)
-            gone = leave.get(j)
+            gone = by_finish.get(base + j)
             if gone is not None:
-                n -= gone[0]
-                sc -= gone[1]
+                n -= len(gone)
+                for r in gone:
+                    sc -= r.num_computed_tokens
 
 
 def is_quiet(core: NodeCore) -> bool:
@@ -117,104 +133,47 @@ def steady_batch(core: NodeCore, admitting: bool = False) -> SteadyBatch | None:
     connector = s.connector
     if connector is not None and (not connector.is_idle() or connector.has_pending_push_work()):
         return None
-    running = s.running
-    b = len(running)
+    b = len(s.running)
     if b == 0 or b > s.max_num_scheduled_tokens or b > s.scheduler_config.max_num_batched_tokens:
         return None
-    can_sample = core.sampler.can_sample
-    max_model_len = s.max_model_len
-    bs = kvm.block_size
-    req_to_blocks = kvm.req_to_blocks
-    bad = core.shadow._bad if core.shadow is not None else None
-    RUNNING = RequestStatus.RUNNING
-    eos_checked: int | None = None
-    context = 0
-    finish_step: list[int] = []
-    computed_before: list[int] = []
-    ids: list[str] = []
-    firsts: list[int] = []
-    block_due: list[int] = []
-    held: list[int] = []
-    epoch = s.steady_epoch
-    for r in running:
-        computed = r.num_computed_tokens
-        if r.num_tokens != computed + 1:
-            return None
-        if r.steady_epoch != epoch:
-            # Checked once per epoch (`Scheduler.steady_epoch`): only a plain
-            # `schedule()` (which starts a new one) can change these for a
-            # running request; steady steps keep them as they are.
-            if (
-                r.status != RUNNING
-                or r.is_prefill_chunk
-                or r.num_output_placeholders
-                or r.num_in_flight_tokens
-                or r.num_stale_output_tokens
-                or r.spec_token_ids
-                or r.sampling_params.stop_token_ids
-            ):
-                return None
-            eos = r.eos_token_id
-            if eos is not None and eos != eos_checked:
-                if can_sample(eos):
-                    return None  # it could stop on a sampled EOS
-                eos_checked = eos
-            r.steady_epoch = epoch
-        rid = r.request_id
-        if bad and rid in bad:
-            return None
-        # Step j appends output number o + j: it finishes once that reaches
-        # max_tokens, or the sequence reaches max_model_len.
-        outputs = len(r._output_token_ids)
-        left = r.max_tokens - outputs
-        cap = max_model_len - r.num_tokens
-        finish_step.append(left if left < cap else cap)
-        computed_before.append(computed)
-        context += computed
-        ids.append(rid)
-        firsts.append(outputs)
-        blocks = req_to_blocks.get(rid)
-        have = len(blocks) if blocks is not None else 0
-        held.append(have)
-        # Step j needs slots for computed + j tokens.
-        due = have * bs - computed + 1
-        block_due.append(due if due > 1 else 1)
-    if min(finish_step) < 1:
+    cohort = sync(s, core.sampler.can_sample)
+    if cohort is None:
         return None
-    return SteadyBatch(list(running), context, computed_before, finish_step, ids, firsts, block_due, held)
+    if core.shadow is not None:
+        bad = core.shadow._bad
+        if bad and not bad.keys().isdisjoint(cohort.ids):
+            return None  # the shadow store saw trouble for a request: step by step
+    base = s.current_step
+    return SteadyBatch(list(cohort.members), list(cohort.ids), base, cohort.computed_offset + b * base, cohort)
 
 
-def block_plan(core: NodeCore, batch: SteadyBatch, m: int) -> tuple[list[list[int]], list[list[int]], int]:
-    """For steps 1..m: which requests (by running index) take a new block in
-    each step, which ones finish in it (their blocks return after the step's
-    allocations), and how many steps fit before the free blocks run out."""
+def block_plan(core: NodeCore, batch: SteadyBatch, m: int) -> tuple[list[list[Request]], list[list[Request]], int]:
+    """For steps 1..m: which requests take a new block in each step (in
+    running order), which ones finish in it (their blocks return after the
+    step's allocations), and how many steps fit before the free blocks run
+    out."""
     kvm = core.scheduler.kv_cache_manager
-    bs = kvm.block_size
-    per_step: list[list[int]] = [[] for _ in range(m + 1)]
-    finishing: list[list[int]] = [[] for _ in range(m + 1)]
-    freed = [0] * (m + 1)
-    held = batch.held
-    for idx, (j, last) in enumerate(zip(batch.block_due, batch.finish_step)):
-        if last > m:
-            while j <= m:
-                per_step[j].append(idx)
-                j += bs
-            continue
-        have = held[idx]
-        while j <= last:
-            per_step[j].append(idx)
-            have += 1
-            j += bs
-        finishing[last].append(idx)
-        freed[last] += have
+    cohort, base = batch.cohort, batch.base
+    req_to_blocks = kvm.req_to_blocks
+    per_step: list[list[Request]] = [[]]
+    finishing: list[list[Request]] = [[]]
     free = kvm.block_pool.get_num_free_blocks()
     fits = m
+    ended: set[Request] = set()  # finished at an earlier step
     for j in range(1, m + 1):
-        free -= len(per_step[j])
+        step = base + j
+        takers = cohort.takers(step, ended)
+        gone = batch.finishing(j)
+        if gone:
+            ended.update(gone)
+        per_step.append(takers)
+        finishing.append(gone)
+        free -= len(takers)
         if free < 0:
             fits = j - 1
             break
-        free += freed[j]
+        for r in gone:
+            free += len(req_to_blocks[r.request_id]) + cohort.blocks_taken(r, base, step)
     return per_step, finishing, fits
 
 
@@ -244,8 +203,8 @@ def finish_at_cap(
 def advance(
     core: NodeCore,
     batch: SteadyBatch,
-    per_step: list[list[int]],
-    finishing: list[list[int]],
+    per_step: list[list[Request]],
+    finishing: list[list[Request]],
     m: int,
     times: list[float],
     durations: list[float],
@@ -263,7 +222,7 @@ def advance(
     runner = core.runner
     shadow = core.shadow
     engine = core.engine
-    reqs, ids = batch.requests, batch.ids
+    reqs = batch.requests
     states = runner.requests
     # The first step's output names the requests finished since the last one:
     # the runner forgets them then.
@@ -310,8 +269,8 @@ def advance(
             taken = pool.get_new_blocks(want_from[j])
             taken.reverse()  # pop() from the end = the front of the queue first
         assigned = []
-        for idx in per_step[j]:
-            rid = ids[idx]
+        for r in per_step[j]:
+            rid = r.request_id
             block = taken.pop()
             req_to_blocks[rid].append(block)
             states[rid].block_ids.append(block.block_id)
@@ -324,15 +283,14 @@ def advance(
             if defer:
                 s.sched_step_seq = s.processed_step_seq = seq0 + j
             step_outputs = outputs[j] = []
-            for idx in finishing[j]:
-                r = reqs[idx]
+            for r in finishing[j]:
                 run_steps(r, j)
                 step_outputs.append(finish_at_cap(s, r, j, token_at, stopped))
             free = pool.get_num_free_blocks()
             if j < m:
                 # The next step's output names them: the runner forgets them.
-                for idx in finishing[j]:
-                    rid = reqs[idx].request_id
+                for r in finishing[j]:
+                    rid = r.request_id
                     runner.forget(rid)
                     runner.retire(rid)
                 s.finished_req_ids = set()
@@ -344,11 +302,14 @@ def advance(
     # Everyone else: m tokens. `Request.append_unsampled`, inlined, and the
     # step's scheduling (`run_steps`) unless a shadow store must see it: this
     # loop is the per-request cost of a forward.
+    if stopped:
+        s.running = [r for r in s.running if r not in stopped]
+        leave = batch.cohort.leave
+        for r in stopped:
+            leave(r)
     unsampled = [UNSAMPLED] * m
     seq = seq0 + m
-    for r, f in zip(reqs, batch.finish_step):
-        if f <= m:
-            continue
+    for r in s.running:
         if shadow is not None:
             run_steps(r, m)
         else:
@@ -358,8 +319,6 @@ def advance(
         r._output_token_ids.extend(unsampled)
         r.num_tokens += m
         r._token_source = token_at
-    if stopped:
-        s.running = [r for r in s.running if r not in stopped]
 
     # One record per step, as EngineCore._record and StepLoop._submit fill it.
     first_index = s.current_step + 1

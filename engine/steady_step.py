@@ -34,9 +34,14 @@ class SteadyPart:
     new_blocks: list[tuple[Request, int]]  # (request, the block it took in this step), in running order
     starts: list[int]  # per request: its computed tokens before the step
     token_at: Callable[[str, int], int]
+    finishing: list[Request]  # the requests the step finishes (by their length cap), in running order
+
+    def update(self, s: Scheduler, stopped_running: set[Request]) -> list:
+        """`update_from_output` for these requests (`update_steady`)."""
+        return update_steady(s, self, stopped_running)
 
 
-def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list[int]]) -> SchedulerOutput:
+def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list[Request]]) -> SchedulerOutput:
     """`Scheduler.schedule()` for a step whose running requests are all in
     steady decode (one token each, no allocation can fail: `block_plan` for
     one step fits), with waiting requests: the running pass in bulk, then the
@@ -57,8 +62,7 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
     # call for all: the free queue hands them out front first either way).
     new_blocks: list[tuple[Request, int]] = []
     req_to_blocks = kvm.req_to_blocks
-    for idx, block in zip(per_step[1], pool.get_new_blocks(len(per_step[1]))):
-        r = reqs[idx]
+    for r, block in zip(per_step[1], pool.get_new_blocks(len(per_step[1]))):
         req_to_blocks[r.request_id].append(block)
         new_blocks.append((r, block.block_id))
     kvm.num_allocate_slots_calls += b
@@ -81,7 +85,8 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
     so = s._make_scheduler_output(
         scheduled_new_reqs, [], scheduled_resumed_reqs, req_to_new_blocks, num_scheduled_tokens, total
     )
-    so.steady = SteadyPart(batch, new_blocks, batch.computed, core.sampler.token_at)
+    starts: list[int] = []
+    so.steady = SteadyPart(batch, new_blocks, starts, core.sampler.token_at, batch.finishing(1))
     if s.connector is not None:
         so.kv_connector_metadata = s.connector.build_connector_meta(so)
     if s.defer_block_free:
@@ -89,6 +94,7 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
     so.sched_step_seq = seq = s.sched_step_seq
     defer = s.defer_block_free
     for r in reqs:  # `_update_after_schedule` for the steady requests
+        starts.append(r.num_computed_tokens)
         r.num_computed_tokens += 1
         r.num_in_flight_tokens += 1
         if defer:
@@ -101,23 +107,42 @@ def update_steady(s: Scheduler, part: SteadyPart, stopped_running: set[Request])
     """`update_from_output` for the steady requests of a step, in running
     order: one token each; a request reaching its length cap in this step
     gets its sampled token, stops and is freed there, as on the plain path
-    (`stopped_running` collects it, for the caller to drop from `running`).
-    Returns the `SteadyTokens` of the others, then the finishing ones'
-    outputs."""
+    (`stopped_running` collects it, for the caller to drop from `running`;
+    it leaves the cohort here). Returns the `SteadyTokens` of the others,
+    then the finishing ones' outputs."""
     batch = part.batch
     token_at = part.token_at
-    finished: list[EngineCoreOutput] = []
-    for r, f in zip(batch.requests, batch.finish_step):
+    if part.finishing:
+        return _update_with_finishes(s, part, stopped_running)
+    firsts: list[int] = []
+    for r in batch.requests:
         r.num_in_flight_tokens -= 1
-        if f == 1:
-            finished.append(finish_at_cap(s, r, 1, token_at, stopped_running))
-            continue
-        # `Request.append_unsampled(1, ...)`, inlined
-        r._output_token_ids.append(UNSAMPLED)
+        # `Request.append_unsampled(1, ...)`, inlined; the token's output index
+        # is the request's output count before the step.
+        out = r._output_token_ids
+        firsts.append(len(out))
+        out.append(UNSAMPLED)
         r.num_tokens += 1
         r._token_source = token_at
-    if not finished:
-        return [SteadyTokens(batch.ids, batch.firsts)]
-    # Each token's output index is the request's output count before the step.
-    keep = [i for i, f in enumerate(batch.finish_step) if f != 1]
-    return [SteadyTokens([batch.ids[i] for i in keep], [batch.firsts[i] for i in keep]), *finished]
+    return [SteadyTokens(batch.ids, firsts)]
+
+
+def _update_with_finishes(s: Scheduler, part: SteadyPart, stopped_running: set[Request]) -> list:
+    token_at = part.token_at
+    ending = set(part.finishing)
+    ids: list[str] = []
+    firsts: list[int] = []
+    finished: list[EngineCoreOutput] = []
+    for r in part.batch.requests:
+        r.num_in_flight_tokens -= 1
+        if r in ending:
+            finished.append(finish_at_cap(s, r, 1, token_at, stopped_running))
+            part.batch.cohort.leave(r)
+            continue
+        out = r._output_token_ids
+        ids.append(r.request_id)
+        firsts.append(len(out))
+        out.append(UNSAMPLED)
+        r.num_tokens += 1
+        r._token_source = token_at
+    return [SteadyTokens(ids, firsts), *finished]

@@ -170,7 +170,7 @@ class SteadyDecodeForwarder:
             executor.busy_time += runs[j]
             done = pipeline.finish_time(times[j], runs[j])
             assert done == times[j + 1], (done, times[j + 1])
-        ids, firsts = batch.ids, batch.firsts
+        ids, firsts = batch.ids, batch.output_counts()  # before the steps
         finished = advance(core, batch, per_step, finishing, m, times, durations, shapes)
         if node.loop.keep_timings:
             first_index = core.scheduler.current_step - m + 1

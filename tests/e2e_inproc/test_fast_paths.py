@@ -9,6 +9,9 @@ statistics may differ.
 The steady-decode fast-forward (engine/steady_decode.py,
 cluster/inproc/fast_forward.py) has its own tests below, on scenarios it
 covers most of, and on the corners where it must step aside or stop short.
+Every test here also checks the steady cohort the fast paths keep from step
+to step against one built from scratch, at every use
+(engine/steady_cohort.py, `CHECK`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import random
 
 import pytest
 
+import engine.steady_cohort as steady_cohort
 from cluster.inproc import run_inproc
 from cluster.inproc.cluster import InProcCluster
 from cluster.spec import ClusterSpec
@@ -24,6 +28,11 @@ from engine import fast_paths
 from engine.records import WorkloadRequest
 
 RUNTIME_ONLY = ("num_events", "steps_fast_forwarded")
+
+
+@pytest.fixture(autouse=True)
+def _check_the_steady_cohort(monkeypatch):
+    monkeypatch.setattr(steady_cohort, "CHECK", True)
 
 
 def _both(spec: ClusterSpec, workload: list[WorkloadRequest], seed: int = 0, max_concurrency: int | None = None):

@@ -1,12 +1,16 @@
-"""Recognising steady decode (engine/steady_decode.py, `steady_batch`):
-what it reads of the running batch, and the per-epoch request checks
-(`Scheduler.steady_epoch`, `Request.steady_epoch`)."""
+"""Recognising steady decode (engine/steady_decode.py, `steady_batch`) and
+the cohort it keeps from step to step (engine/steady_cohort.py): what it
+reads of the running batch, when it is kept, extended or built again."""
 
 from __future__ import annotations
 
+import pytest
+
+import engine.steady_cohort as steady_cohort
 from engine.config import CacheConfig, SchedulerConfig
 from engine.node_core import NodeCore, NodeSpec
 from engine.steady_decode import block_plan, steady_batch
+from engine.steady_step import schedule_with_steady
 from engine.testing import create_requests
 
 
@@ -29,6 +33,16 @@ def _core_in_steady_decode(n: int = 3, prompt: int = 20, max_tokens: int = 50) -
     return core
 
 
+def _admission_step(core: NodeCore, now: float) -> None:
+    """One step that admits the waiting requests next to the steady ones, as the fast-forward takes it."""
+    batch = steady_batch(core, admitting=True)
+    assert batch is not None
+    per_step, _, fits = block_plan(core, batch, 1)
+    assert fits == 1
+    plan = core.engine.queue_step(now, schedule_with_steady(core, batch, per_step))
+    core.process_oldest(core.finish_step(plan, now))
+
+
 def test_the_batch_carries_what_every_later_pass_reads():
     core = _core_in_steady_decode()
     batch = steady_batch(core)
@@ -36,35 +50,78 @@ def test_the_batch_carries_what_every_later_pass_reads():
     running = core.scheduler.running
     assert batch.requests == running and batch.ids == [r.request_id for r in running]
     # 20 prompt tokens + 2 outputs: 21 computed, 2 outputs so far, 48 steps to go.
-    assert batch.computed == [21, 21, 21] and batch.context == 63
-    assert batch.firsts == [2, 2, 2] and batch.finish_step == [48, 48, 48]
-    # 2 blocks of 16 hold 21 computed tokens; step j needs 21 + j slots: a block at step 12.
-    assert batch.held == [2, 2, 2] and batch.block_due == [12, 12, 12]
+    assert batch.context == 63 and batch.output_counts() == [2, 2, 2] and batch.finish_step == [48, 48, 48]
+    # 2 blocks of 16 hold 21 computed tokens; step j needs 21 + j slots: a block at step 12, then every 16.
+    assert batch.block_due == [12, 12, 12]
     per_step, finishing, fits = block_plan(core, batch, 30)
-    assert per_step[12] == [0, 1, 2] and per_step[28] == [0, 1, 2] and fits == 30
+    assert per_step[12] == running and per_step[28] == running and fits == 30
+    assert [j for j in range(31) if per_step[j]] == [12, 28]
     assert not any(finishing)
+    assert [shape.context_tokens for _, shape in zip(range(3), batch.shapes())] == [66, 69, 72]
 
 
-def test_the_request_checks_run_once_per_scheduler_epoch():
+def test_the_cohort_is_kept_across_steady_steps_and_built_again_after_a_plain_one():
     core = _core_in_steady_decode()
     s = core.scheduler
-    assert steady_batch(core) is not None
-    epoch = s.steady_epoch
-    assert all(r.steady_epoch == epoch for r in s.running)
-    # A plain step starts a new epoch, and the requests are checked again.
-    plan = core.schedule_step(2.0)
-    assert plan is not None and s.steady_epoch == epoch + 1
-    core.process_oldest(core.finish_step(plan, 2.0))
+    first = steady_batch(core)
+    assert first is not None and steady_batch(core).cohort is first.cohort
+    # A steady admission step (nothing waits) keeps it; its members are a step further.
+    _admission_step(core, 2.0)
+    again = steady_batch(core)
+    assert again.cohort is first.cohort and again.finish_step == [47, 47, 47] and again.block_due == [11, 11, 11]
+    # A plain step starts a new scheduler epoch: the cohort is built again.
+    plan = core.schedule_step(3.0)
+    assert plan is not None
+    core.process_oldest(core.finish_step(plan, 3.0))
+    rebuilt = steady_batch(core)
+    assert rebuilt.cohort is not first.cohort and rebuilt.finish_step == [46, 46, 46]
+    # Built again, every request is checked again.
+    plan = core.schedule_step(4.0)
+    core.process_oldest(core.finish_step(plan, 4.0))
     s.running[1].sampling_params.stop_token_ids = [7]  # it could now stop on a sampled token
     assert steady_batch(core) is None
     s.running[1].sampling_params.stop_token_ids = []
     assert steady_batch(core) is not None
-    assert all(r.steady_epoch == epoch + 1 for r in s.running)
 
 
-def test_a_request_out_of_step_is_no_steady_batch_whatever_the_epoch():
+def test_admitted_requests_join_at_the_end_and_finished_ones_leave():
+    core = _core_in_steady_decode(n=2, max_tokens=4)  # 2 outputs so far: 2 steps to go
+    cohort = steady_batch(core).cohort
+    (late,) = create_requests(1, num_tokens=20, max_tokens=30, ignore_eos=True, req_ids=["late"])
+    core.add_request(late)
+    _admission_step(core, 2.0)  # the two decode their third token; the new one is prefilled
+    batch = steady_batch(core)
+    assert batch.cohort is cohort and batch.requests == core.scheduler.running
+    assert [r.request_id for r in batch.requests] == ["0", "1", late.request_id]
+    assert batch.finish_step == [1, 1, 29]
+    _admission_step(core, 3.0)  # nothing waits: the two reach their cap and leave
+    batch = steady_batch(core)
+    assert batch.cohort is cohort and batch.ids == [late.request_id] and batch.finish_step == [28]
+    assert list(cohort.by_finish) == [late.steady_finish]
+
+
+def test_a_change_outside_the_steady_paths_is_caught_by_the_cohort_check(monkeypatch):
+    monkeypatch.setattr(steady_cohort, "CHECK", True)
     core = _core_in_steady_decode()
     assert steady_batch(core) is not None
     r = core.scheduler.running[0]
     r.num_computed_tokens -= 1  # a token to catch up on: not one-token-a-step decode
+    with pytest.raises(AssertionError, match="no longer in steady decode"):
+        steady_batch(core)
+    core.scheduler.steady_epoch += 1  # as a plain step would: the cohort is built again
     assert steady_batch(core) is None
+
+
+def test_a_request_holding_a_spare_block_takes_its_next_one_a_block_later():
+    core = _core_in_steady_decode()
+    s = core.scheduler
+    kvm = s.kv_cache_manager
+    r = s.running[0]
+    (spare,) = kvm.block_pool.get_new_blocks(1)
+    kvm.req_to_blocks[r.request_id].append(spare)
+    core.runner.requests[r.request_id].block_ids.append(spare.block_id)
+    s.steady_epoch += 1  # as after the plain step that would have given it
+    batch = steady_batch(core)
+    assert batch.block_due == [28, 12, 12]
+    per_step, _, _ = block_plan(core, batch, 30)
+    assert per_step[12] == s.running[1:] and per_step[28] == s.running

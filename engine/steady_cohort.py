@@ -1,0 +1,191 @@
+"""The running batch of a node in steady decode, kept from step to step
+(issue 15; docs/fast-paths.md).
+
+Reading the whole running batch at every event (an arrival, a forward, an
+admission step) cost a pass over every running request each time, though
+in steady decode almost nothing about them changes: each one's finish step
+and the steps at which it needs a new block are fixed numbers once counted
+in absolute steps (`Scheduler.current_step`). The cohort keeps them:
+
+- `by_finish`: absolute step -> the members that reach their length cap in
+  it (the step's `finishing`, and the batch's shapes);
+- `by_residue`: step mod block size -> the members that take a new block at
+  steps of that residue, from their first such step (`Request.steady_due`)
+  on: a request decoding one token a step fills a block every `block_size`
+  steps;
+
+both in running order (members join in running order and only ever leave).
+A request joins after the checks `steady_batch` made of every running request
+at every call before: it decodes exactly one token a step, only its length
+cap can stop it, nothing is pending for it. Those checks stay true while the
+scheduler only takes steady steps: a plain `schedule()` starts a new epoch
+(`Scheduler.steady_epoch`) and the cohort is built again; any other change to
+the running list (an abort, say) shows as a running list the cohort does not
+match, and the cohort is built again too. Requests appended to the running
+list by a steady admission step join at the end.
+
+`DISAGG_SIM_CHECK_STEADY_COHORT=1` compares the cohort with one built from
+scratch at every use (tests/e2e_inproc/test_fast_paths.py runs with it).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from .request import Request, RequestStatus
+
+if TYPE_CHECKING:
+    from .scheduler import Scheduler
+
+CHECK = os.environ.get("DISAGG_SIM_CHECK_STEADY_COHORT", "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+class SteadyCohort:
+    def __init__(self, s: Scheduler, can_sample) -> None:
+        self.epoch = s.steady_epoch
+        self.block_size = s.kv_cache_manager.block_size
+        self.members: list[Request] = []  # the running list, in order
+        self.ids: list[str] = []
+        self.by_finish: dict[int, list[Request]] = {}
+        self.by_residue: list[list[Request]] = [[] for _ in range(self.block_size)]
+        # Sum over members of (computed tokens - current step): with every
+        # member one token further each step, the batch's computed tokens at
+        # step T are this plus T times the members.
+        self.computed_offset = 0
+        # Members that hold a spare block (their first new block is more than
+        # a block's worth of steps away): only they make `takers` check the
+        # first step. A request holds exactly the blocks its tokens fill.
+        self.spare: set[Request] = set()
+        self._can_sample = can_sample
+        self._eos_checked: int | None = None
+
+    # ------------------------------------------------------------ membership
+    def join(self, s: Scheduler, r: Request) -> bool:
+        """Add a running request that is in steady decode; False if it is not
+        (it then stays out)."""
+        computed = r.num_computed_tokens
+        if r.num_tokens != computed + 1:
+            return False
+        if (
+            r.status != RequestStatus.RUNNING
+            or r.is_prefill_chunk
+            or r.num_output_placeholders
+            or r.num_in_flight_tokens
+            or r.num_stale_output_tokens
+            or r.spec_token_ids
+            or r.sampling_params.stop_token_ids
+        ):
+            return False
+        eos = r.eos_token_id
+        if eos is not None and eos != self._eos_checked:
+            if self._can_sample(eos):
+                return False  # it could stop on a sampled EOS
+            self._eos_checked = eos
+        # Step j from now appends output number o + j: it finishes once that
+        # reaches max_tokens, or the sequence reaches max_model_len.
+        left = r.max_tokens - len(r._output_token_ids)
+        cap = s.max_model_len - r.num_tokens
+        steps = left if left < cap else cap
+        if steps < 1:
+            return False
+        now = s.current_step
+        bs = self.block_size
+        blocks = s.kv_cache_manager.req_to_blocks.get(r.request_id)
+        held = len(blocks) if blocks is not None else 0
+        # Step j from now needs slots for computed + j tokens.
+        due = held * bs - computed + 1
+        r.steady_finish = finish = now + steps
+        r.steady_due = due = now + (due if due > 1 else 1)
+        if due > now + bs:
+            self.spare.add(r)
+        r.steady_offset = computed - now
+        self.members.append(r)
+        self.ids.append(r.request_id)
+        bucket = self.by_finish.get(finish)
+        if bucket is None:
+            self.by_finish[finish] = [r]
+        else:
+            bucket.append(r)
+        self.by_residue[due % bs].append(r)
+        self.computed_offset += r.steady_offset
+        return True
+
+    def leave(self, r: Request) -> None:
+        """A member reached its length cap (the caller drops it from running)."""
+        self.members.remove(r)
+        self.ids.remove(r.request_id)
+        bucket = self.by_finish[r.steady_finish]
+        bucket.remove(r)
+        if not bucket:
+            del self.by_finish[r.steady_finish]
+        self.by_residue[r.steady_due % self.block_size].remove(r)
+        self.computed_offset -= r.steady_offset
+        self.spare.discard(r)
+
+    # --------------------------------------------------------------- reading
+    def takers(self, step: int, ended: set[Request]) -> list[Request]:
+        """The members that take a new block at absolute step `step`, in
+        running order, but for those in `ended` (finished before it)."""
+        members = self.by_residue[step % self.block_size]
+        if self.spare:
+            return [r for r in members if r.steady_due <= step and r not in ended]
+        if ended:
+            return [r for r in members if r not in ended]
+        return list(members)
+
+    def blocks_taken(self, r: Request, after: int, upto: int) -> int:
+        """The blocks member `r` takes at steps after `after`, up to `upto`."""
+        bs = self.block_size
+        first = r.steady_due
+        if first <= after:
+            first += ((after - first) // bs + 1) * bs
+        return 0 if first > upto else (upto - first) // bs + 1
+
+    def due_after(self, due: int, now: int) -> int:
+        """The first step after `now` of a member whose first block step is `due`."""
+        if due > now:
+            return due
+        return due + ((now - due) // self.block_size + 1) * self.block_size
+
+
+def sync(s: Scheduler, can_sample) -> SteadyCohort | None:
+    """The scheduler's cohort, brought up to its running list: kept if it
+    matches, extended by requests appended since, built again otherwise.
+    None if a running request is not in steady decode."""
+    cohort = s.steady_cohort
+    running = s.running
+    if cohort is not None and cohort.epoch == s.steady_epoch:
+        members = cohort.members
+        if running == members:
+            return _checked(s, cohort, can_sample)
+        k = len(members)
+        if len(running) > k and running[:k] == members:
+            for r in running[k:]:
+                if not cohort.join(s, r):
+                    return None  # it stays out; the joins before it stay
+            return _checked(s, cohort, can_sample)
+    s.steady_cohort = None
+    cohort = SteadyCohort(s, can_sample)
+    for r in running:
+        if not cohort.join(s, r):
+            return None
+    s.steady_cohort = cohort
+    return cohort
+
+
+def _checked(s: Scheduler, cohort: SteadyCohort, can_sample) -> SteadyCohort:
+    if CHECK:
+        fresh = SteadyCohort(s, can_sample)
+        saved = {id(r): (r.steady_finish, r.steady_due, r.steady_offset) for r in cohort.members}
+        for r in s.running:
+            assert fresh.join(s, r), f"{r.request_id}: a cohort member no longer in steady decode"
+        now = s.current_step
+        for r in cohort.members:
+            finish, due, offset = saved[id(r)]
+            r_fresh = (r.steady_finish, r.steady_due, r.steady_offset)
+            kept = (finish, cohort.due_after(due, now), offset)
+            assert kept == r_fresh, f"{r.request_id}: cohort has {kept}, the running batch says {r_fresh}"
+            r.steady_finish, r.steady_due, r.steady_offset = finish, due, offset
+        assert fresh.members == cohort.members and fresh.computed_offset == cohort.computed_offset
+    return cohort
