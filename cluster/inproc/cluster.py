@@ -30,6 +30,7 @@ from ..router import PrefixIndex, Router
 from ..run_result import RunResult, kv_pull_summary
 from ..spec import ClusterSpec
 from .clock import EventLoop
+from .collector import collector_paused
 from .executor import VirtualPipelineExecutor
 from .fast_forward import SteadyDecodeForwarder
 from .faults import FaultsMixin
@@ -275,6 +276,10 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
 
     # -- run ---------------------------------------------------------------------------
     def run(self, until: float | None = None, max_events: int | None = 50_000_000) -> RunResult:
+        with collector_paused():  # the run and its result (collector.py: why)
+            return self._run(until, max_events)
+
+    def _run(self, until: float | None, max_events: int | None) -> RunResult:
         self.fast_forward_active = fast_paths.enabled() and until is None and not self._debug_invariants
         try:
             self.loop.run(until=until, max_events=max_events)
@@ -337,6 +342,7 @@ def run_inproc(
     debug_invariants: bool = False,
     trace: bool = False,
 ) -> RunResult:
-    cluster = InProcCluster(spec, seed=seed, debug_invariants=debug_invariants, trace=trace)
-    cluster.submit(workload, max_concurrency)
-    return cluster.run()
+    with collector_paused():  # setting up allocates per request too (collector.py)
+        cluster = InProcCluster(spec, seed=seed, debug_invariants=debug_invariants, trace=trace)
+        cluster.submit(workload, max_concurrency)
+        return cluster.run()
