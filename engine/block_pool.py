@@ -116,6 +116,50 @@ class FreeBlockQueue:
             self._link_after(self._head, blocks)
 
 
+class FreeBlockStack:
+    """The free queue when prefix caching is off, with `FreeBlockQueue`'s
+    interface and order. Then every freed block goes to the front and every
+    allocation takes from the front: the queue is a stack, and a Python list
+    whose end is the front does both in C, a run of blocks at a time.
+    (Nothing is removed from the middle: only a cache hit does that.)"""
+
+    __slots__ = ("_stack",)
+
+    def __init__(self, free: Iterable[KVCacheBlock]) -> None:
+        self._stack = list(free)
+        self._stack.reverse()  # the first free block at the end: taken first
+
+    def __len__(self) -> int:
+        return len(self._stack)
+
+    def __iter__(self) -> Iterator[KVCacheBlock]:
+        return reversed(self._stack)
+
+    def __contains__(self, block: KVCacheBlock) -> bool:
+        return any(b is block for b in self._stack)
+
+    def popleft_n(self, n: int) -> list[KVCacheBlock]:
+        stack = self._stack
+        out = stack[len(stack) - n :]
+        del stack[len(stack) - n :]
+        out.reverse()
+        return out
+
+    def remove(self, block: KVCacheBlock) -> None:
+        for i, b in enumerate(self._stack):
+            if b is block:
+                del self._stack[i]
+                return
+        raise RuntimeError(f"remove() of block {block.block_id}, which is not free")
+
+    def append_n(self, blocks: list[KVCacheBlock]) -> None:
+        self._stack[0:0] = blocks[::-1]
+
+    def prepend_n(self, blocks: list[KVCacheBlock]) -> None:
+        """`blocks[0]` ends up first."""
+        self._stack.extend(reversed(blocks))
+
+
 class BlockPool:
     """A fixed set of blocks; block 0 is the reserved null block (never handed out)."""
 
@@ -127,7 +171,9 @@ class BlockPool:
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.null_block = self.blocks[0]
         self.null_block.is_null = True
-        self.free_block_queue = FreeBlockQueue(self.blocks, self.blocks[1:])
+        self.free_block_queue: FreeBlockQueue | FreeBlockStack = (
+            FreeBlockQueue(self.blocks, self.blocks[1:]) if enable_caching else FreeBlockStack(self.blocks[1:])
+        )
         # The prefix cache: content hash -> the block holding it. vLLM keeps
         # duplicates (two blocks with one hash) and returns the first cached.
         self.cached_block_hash_to_block: dict[BlockHash, dict[int, KVCacheBlock]] = {}

@@ -27,5 +27,11 @@ def collector_paused() -> Iterator[None]:
     try:
         yield
     finally:
+        # Objects allocated while paused all count as young: the first
+        # collection after the pause would scan every one of them. Moving
+        # them to the oldest generation (freeze, then unfreeze) skips that
+        # scan; cycles among them are still found by the next full collection.
+        gc.freeze()
+        gc.unfreeze()
         if was_enabled:
             gc.enable()

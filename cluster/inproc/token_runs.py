@@ -32,12 +32,15 @@ if TYPE_CHECKING:
 
 
 class _NodeRuns:
-    __slots__ = ("times", "open")
+    __slots__ = ("times", "open", "synced")
 
     def __init__(self) -> None:
         self.times: list[float] = []  # every steady receipt's time, in order
         # request id -> (its record, index into `times` of its run's first token, its first output index)
         self.open: dict[str, tuple[RequestRecord, int, int]] = {}
+        # The ids of the last receipt if the open runs are exactly those and
+        # none opened or closed since: the same ids again need no set compare.
+        self.synced: list[str] | None = None
 
 
 class SteadyTokenRuns:
@@ -63,12 +66,14 @@ class SteadyTokenRuns:
             runs = self._nodes[node.name] = _NodeRuns()
         base = len(runs.times)
         open_ = runs.open
-        if open_.keys() != set(ids):
+        if ids != runs.synced:
             named = set(ids)
-            for rid in [r for r in open_ if r not in named]:
-                self._close(runs, rid, base)  # not in this batch: its run ended at the last receipt
-            for rid in named.difference(open_):
-                self._join(node, runs, rid, firsts[ids.index(rid)], base, len(times), finishing)
+            if open_.keys() != named:
+                for rid in [r for r in open_ if r not in named]:
+                    self._close(runs, rid, base)  # not in this batch: its run ended at the last receipt
+                for rid in named.difference(open_):
+                    self._join(node, runs, rid, firsts[ids.index(rid)], base, len(times), finishing)
+            runs.synced = ids if open_.keys() == named else None
         runs.times.extend(times)
         if finishing:
             for rid, n in finishing.items():
@@ -104,6 +109,7 @@ class SteadyTokenRuns:
 
     def _close(self, runs: _NodeRuns, rid: str, end: int) -> None:
         rec, start, first = runs.open.pop(rid)
+        runs.synced = None
         del self._node_of_run[rid]
         n = end - start
         if n <= 0:

@@ -1,0 +1,56 @@
+"""The free queue without prefix caching (engine/block_pool.py,
+`FreeBlockStack`) hands out and takes back blocks in exactly the order of
+the linked free queue vLLM's layout uses (`FreeBlockQueue`), for any mix of
+the operations the pool makes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from engine.block_pool import BlockPool, FreeBlockQueue, FreeBlockStack, KVCacheBlock
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_stack_keeps_the_linked_queue_s_order(seed):
+    rng = random.Random(seed)
+    blocks = [KVCacheBlock(i) for i in range(64)]
+    queue, stack = FreeBlockQueue(blocks, blocks[1:]), FreeBlockStack(blocks[1:])
+    taken: list[KVCacheBlock] = []
+    for _ in range(300):
+        op = rng.random()
+        if op < 0.4 and len(queue):
+            n = rng.randint(1, min(len(queue), 9))
+            got = queue.popleft_n(n)
+            assert stack.popleft_n(n) == got
+            taken.extend(got)
+        elif op < 0.7 and taken:
+            back = rng.sample(taken, rng.randint(1, min(len(taken), 9)))
+            for b in back:
+                taken.remove(b)
+            queue.prepend_n(back)
+            stack.prepend_n(back)
+        elif op < 0.85 and taken:
+            back = rng.sample(taken, rng.randint(1, min(len(taken), 5)))
+            for b in back:
+                taken.remove(b)
+            queue.append_n(back)
+            stack.append_n(back)
+        elif len(queue):
+            block = rng.choice(list(queue))
+            queue.remove(block)
+            stack.remove(block)
+            taken.append(block)
+        assert list(stack) == list(queue) and len(stack) == len(queue)
+        probe = rng.choice(blocks[1:])
+        assert (probe in stack) == (probe in queue)
+
+
+def test_a_pool_without_prefix_caching_uses_the_stack():
+    assert type(BlockPool(8, enable_caching=False).free_block_queue) is FreeBlockStack
+    assert type(BlockPool(8, enable_caching=True).free_block_queue) is FreeBlockQueue
+    with pytest.raises(RuntimeError, match="not free"):
+        pool = BlockPool(8)
+        (block,) = pool.get_new_blocks(1)
+        pool.free_block_queue.remove(block)
