@@ -159,6 +159,10 @@ class DelayLine:
     def __init__(self, spec: LinkSpec, rng: random.Random) -> None:
         self.spec = spec
         self._rng = rng
+        # An ideal line (the spec is frozen) is plain arithmetic: `transit` then
+        # only keeps the counters and the random stream (see `_transit_ideal`).
+        self._ideal = spec.is_ideal
+        self._draws = 3 if spec.jitter_distribution == "normal" else 2
         self._bytes_per_s = None if spec.bandwidth_MBps is None else spec.bandwidth_MBps * BYTES_PER_MB
         self._wire_free = -math.inf
         self._last_arrival = -math.inf
@@ -175,6 +179,17 @@ class DelayLine:
 
     def transit(self, now: float, nbytes: int) -> float | None:
         """Arrival time of a message sent at `now`, or None when it is lost."""
+        if (
+            self._ideal
+            and type(now) is float
+            and type(nbytes) is int
+            and now >= self._last_arrival
+            and now >= self._wire_free
+            and nbytes >= 0
+            and now < math.inf
+            and not self.fault_windows
+        ):
+            return self._transit_ideal(now, nbytes)
         if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
             raise ValueError(f"transit: now must be a finite time in seconds, got {now!r}")
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
@@ -197,6 +212,18 @@ class DelayLine:
         self.delivered_bytes += nbytes
         return arrival
 
+    def _transit_ideal(self, now: float, nbytes: int) -> float:
+        """`transit` on an ideal line, in order and with no fault window: the
+        message arrives when sent; the same draws from the random stream
+        (none of them can change anything here), the same counters."""
+        rand = self._rng.random
+        for _ in range(self._draws):
+            rand()
+        self.sent += 1
+        self.delivered_bytes += nbytes
+        self._wire_free = self._last_arrival = now
+        return now
+
     def transit_ideal_run(self, times: list[float], sizes: list[int]) -> bool:
         """`transit(t, n)` for each (t, n) at once, when that is plain
         arithmetic: an ideal line with no fault window, sent in time order
@@ -208,7 +235,7 @@ class DelayLine:
             return False
         if times[0] < self._wire_free or times[0] < self._last_arrival or any(a > b for a, b in zip(times, times[1:])):
             return False
-        draws = len(times) * (3 if self.spec.jitter_distribution == "normal" else 2)
+        draws = len(times) * self._draws
         rand = self._rng.random
         for _ in range(draws):
             rand()

@@ -246,3 +246,18 @@ def test_a_link_without_jitter_takes_the_draws_a_jittered_one_takes(distribution
     for _ in range(3 * draws):
         reference.random()
     assert line._rng.random() == reference.random()
+
+
+@pytest.mark.parametrize("distribution", ["normal", "uniform"])
+def test_transit_on_an_ideal_line_takes_the_arithmetic_and_leaves_what_the_general_path_leaves(distribution):
+    spec = LinkSpec(jitter_distribution=distribution)
+    fast, general = Link(spec, seed=5).forward, Link(spec, seed=5).forward
+    general._ideal = False  # the general path, draw by draw
+    sends = [(0.25, 10), (0.25, 0), (1, 64), (0.5, 8), (2.0, 3)]  # an int time, then one before the last arrival
+    assert [fast.transit(t, n) for t, n in sends] == [general.transit(t, n) for t, n in sends]
+    assert {k: v for k, v in vars(fast).items() if k != "_rng"} == {
+        k: v for k, v in vars(general).items() if k != "_rng"
+    } | {"_ideal": True}
+    assert fast._rng.random() == general._rng.random()
+    with pytest.raises(ValueError, match="nbytes"):
+        fast.transit(3.0, -1)
