@@ -1,10 +1,18 @@
 """A discrete-event loop on a virtual clock: deterministic, single-threaded,
 and the `node.ports.Clock` the in-process runtime gives every node. Events
-due at the same time run in the order they were scheduled."""
+due at the same time run in the order they were scheduled.
+
+Events known in bulk up front (a workload's arrivals: `at_each`) wait in a
+sorted queue of their own next to the heap, so the heap holds only what the
+run itself schedules (a handful of events, not every arrival to come) and
+each push and pop stays cheap. The two are merged by (time, order of
+scheduling): the order is the one a single heap gives."""
 
 from __future__ import annotations
 
 import heapq
+import itertools
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +31,8 @@ class EventLoop:
     def __init__(self) -> None:
         self._now = 0.0
         self._heap: list[tuple[float, int, Callable, tuple]] = []
+        # Events scheduled in bulk (`at_each`), sorted by (time, seq).
+        self._sorted: deque[tuple[float, int, Callable, tuple]] = deque()
         self._seq = 0
         self.num_events = 0
 
@@ -50,17 +60,34 @@ class EventLoop:
         self._seq += 1
         heapq.heappush(self._heap, (time, self._seq, fn, args))
 
+    def at_each(self, times: list[float], fn: Callable[..., Any], args: list[tuple]) -> None:
+        """`at(times[i], fn, *args[i])` for each i in turn, kept in the sorted
+        queue (see the module's docstring)."""
+        if len(times) != len(args):
+            raise ValueError(f"at_each: {len(times)} times for {len(args)} argument tuples")
+        now, seq = self._now, self._seq
+        events = [(t if t >= now else now, seq + i, fn, a) for i, (t, a) in enumerate(zip(times, args), 1)]
+        self._seq = seq + len(events)
+        events.sort(key=lambda e: e[0])  # stable: equal times keep their order of scheduling
+        self._sorted = deque(heapq.merge(self._sorted, events)) if self._sorted else deque(events)
+
     def run(self, until: float | None = None, max_events: int | None = None) -> None:
-        heap = self._heap
+        heap, ordered = self._heap, self._sorted
         fire = self._fire
-        while heap:
-            time, _, fn, args = heap[0]
-            if fn is fire and args[0].cancelled:
-                heapq.heappop(heap)  # a cancelled timer: time does not move for it
-                continue
-            if until is not None and time > until:
-                break
-            heapq.heappop(heap)
+        while heap or ordered:
+            if ordered and (not heap or ordered[0] < heap[0]):  # (time, seq) decide: seqs are unique
+                time, _, fn, args = ordered[0]
+                if until is not None and time > until:
+                    break
+                ordered.popleft()
+            else:
+                time, _, fn, args = heap[0]
+                if fn is fire and args[0].cancelled:
+                    heapq.heappop(heap)  # a cancelled timer: time does not move for it
+                    continue
+                if until is not None and time > until:
+                    break
+                heapq.heappop(heap)
             self._now = time
             fn(*args)
             self.num_events += 1
@@ -82,7 +109,8 @@ class EventLoop:
         heap = self._heap
         while heap and heap[0][2] is self._fire and heap[0][3][0].cancelled:
             heapq.heappop(heap)
-        return heap[0][0] if heap else None
+        first = min(heap[:1] + list(itertools.islice(self._sorted, 1)), default=None)
+        return None if first is None else first[0]
 
     def first_live(self, k: int) -> list[tuple[float, int, Callable, tuple]]:
         """The `k` earliest events that will run (fewer if there are not
@@ -92,19 +120,20 @@ class EventLoop:
         their children."""
         heap, fire = self._heap, self._fire
         out: list[tuple[float, int, Callable, tuple]] = []
-        if not heap:
-            return out
-        n = len(heap)
-        frontier = [(heap[0], 0)]  # entries are unique by (time, seq): functions are never compared
-        while frontier and len(out) < k:
-            event, i = heapq.heappop(frontier)
-            if event[2] is not fire or not event[3][0].cancelled:
-                out.append(event)
-            for child in (2 * i + 1, 2 * i + 2):
-                if child < n:
-                    heapq.heappush(frontier, (heap[child], child))
+        if heap:
+            n = len(heap)
+            frontier = [(heap[0], 0)]  # entries are unique by (time, seq): functions are never compared
+            while frontier and len(out) < k:
+                event, i = heapq.heappop(frontier)
+                if event[2] is not fire or not event[3][0].cancelled:
+                    out.append(event)
+                for child in (2 * i + 1, 2 * i + 2):
+                    if child < n:
+                        heapq.heappush(frontier, (heap[child], child))
+        if self._sorted:
+            out = list(heapq.merge(out, itertools.islice(self._sorted, k)))[:k]
         return out
 
     @property
     def pending(self) -> int:
-        return len(self._heap)
+        return len(self._heap) + len(self._sorted)

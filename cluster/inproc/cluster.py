@@ -133,11 +133,16 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
     # -- the load driver ---------------------------------------------------------
     def submit(self, workload: Iterable[WorkloadRequest], max_concurrency: int | None = None) -> None:
         self.max_concurrency = max_concurrency
+        workload = list(workload)
+        seen = set(self._workload)
         for w in workload:
-            if w.request_id in self._workload:
+            if w.request_id in seen:
                 raise ValueError(f"duplicate request id {w.request_id!r} in the workload")
+            seen.add(w.request_id)
+        for w in workload:
             self._workload[w.request_id] = w
-            self.loop.at(w.arrival_time, self._arrive, w)
+        # Known up front: the loop keeps them apart from what the run schedules (clock.py).
+        self.loop.at_each([w.arrival_time for w in workload], self._arrive, [(w,) for w in workload])
 
     def _arrive(self, w: WorkloadRequest) -> None:
         if self.max_concurrency is not None and self._in_flight >= self.max_concurrency:

@@ -1,5 +1,6 @@
-"""The virtual-clock event loop: same-time order, cancelled timers, and
-`first_live` (what the steady-decode fast-forward reads of the queue)."""
+"""The virtual-clock event loop: same-time order, cancelled timers,
+`first_live` (what the steady-decode fast-forward reads of the queue), and
+events scheduled in bulk (`at_each`) running where one by one they would."""
 
 from __future__ import annotations
 
@@ -56,6 +57,45 @@ def test_first_live_is_the_order_the_loop_runs_them_in():
                     timer.cancel()
             else:
                 loop.at(t, print)
-        expected = sorted(e for e in loop._heap if e[2] is not loop._fire or not e[3][0].cancelled)
+            if rng.random() < 0.1:
+                loop.at_each([rng.uniform(0, 3) for _ in range(3)], print, [(), (), ()])
+        queued = list(loop._heap) + list(loop._sorted)
+        expected = sorted(e for e in queued if e[2] is not loop._fire or not e[3][0].cancelled)
         for k in (1, 4, 10):
             assert loop.first_live(k) == expected[:k], seed
+
+
+def _scripted(bulk: bool, seed: int) -> tuple[list, list]:
+    """One random script of events, with the arrivals scheduled in bulk or one by one."""
+    rng = random.Random(seed)
+    loop = EventLoop()
+    ran: list = []
+    seen: list = []
+
+    def handler(label: str, depth: int) -> None:
+        ran.append((label, loop.now()))
+        # (Not `pending`: it counts cancelled timers until they are dropped, which may differ.)
+        seen.append((loop.next_time(), [e[0] for e in loop.first_live(3)]))
+        if depth < 2 and rng.random() < 0.7:  # events scheduled while running, ties included
+            t = loop.now() + rng.choice([0.0, 0.0, 0.5, rng.uniform(0, 2)])
+            loop.at(t, handler, f"{label}.{depth}", depth + 1)
+        if rng.random() < 0.2:
+            loop.call_at(loop.now() + rng.uniform(0, 1), handler, f"{label}.t", 2).cancel()
+
+    loop.at(0.0, handler, "first", 0)
+    times = [rng.choice([0.0, 1.0, 1.5]) if rng.random() < 0.4 else rng.uniform(0, 4) for _ in range(25)]
+    labels = [(f"arrival{i}", 0) for i in range(len(times))]
+    if bulk:
+        loop.at_each(times, handler, labels)
+    else:
+        for t, label in zip(times, labels):
+            loop.at(t, handler, *label)
+    loop.at(1.0, handler, "after", 0)
+    loop.run(until=2.0)
+    loop.run()
+    return ran, seen
+
+
+def test_events_scheduled_in_bulk_run_where_one_by_one_they_would():
+    for seed in range(40):
+        assert _scripted(True, seed) == _scripted(False, seed), seed
