@@ -18,13 +18,17 @@ from typing import Any
 
 
 class VirtualTimer:
-    __slots__ = ("cancelled",)
+    __slots__ = ("cancelled", "_loop")
 
-    def __init__(self) -> None:
+    def __init__(self, loop: EventLoop | None = None) -> None:
         self.cancelled = False
+        self._loop = loop
 
     def cancel(self) -> None:
-        self.cancelled = True
+        if not self.cancelled:
+            self.cancelled = True
+            if self._loop is not None:
+                self._loop._timer_cancelled()
 
 
 class EventLoop:
@@ -35,6 +39,9 @@ class EventLoop:
         self._sorted: deque[tuple[float, int, Callable, tuple]] = deque()
         self._seq = 0
         self.num_events = 0
+        # Cancelled timers still in the heap (they stay until their time, or
+        # until they are the majority: `_timer_cancelled`).
+        self._cancelled = 0
 
     # -- the Clock port ----------------------------------------------------------
     def now(self) -> float:
@@ -44,9 +51,22 @@ class EventLoop:
         self.at(self._now, fn, *args)
 
     def call_at(self, t: float, fn: Callable[..., Any], *args: Any) -> VirtualTimer:
-        timer = VirtualTimer()
+        timer = VirtualTimer(self)
         self.at(t, self._fire, timer, fn, args)
         return timer
+
+    def _timer_cancelled(self) -> None:
+        """A timer in the heap was cancelled. When most of the heap is
+        cancelled timers (a prefill node's hold timers, cancelled by the done
+        report long before they are due), they go: they run nothing and move
+        no clock, and `first_live` would otherwise pass over all of them."""
+        self._cancelled += 1
+        heap = self._heap
+        if self._cancelled > 64 and 2 * self._cancelled > len(heap):
+            fire = self._fire
+            heap[:] = [e for e in heap if e[2] is not fire or not e[3][0].cancelled]
+            heapq.heapify(heap)
+            self._cancelled = 0
 
     @staticmethod
     def _fire(timer: VirtualTimer, fn: Callable[..., Any], args: tuple) -> None:
@@ -84,6 +104,7 @@ class EventLoop:
                 time, _, fn, args = heap[0]
                 if fn is fire and args[0].cancelled:
                     heapq.heappop(heap)  # a cancelled timer: time does not move for it
+                    self._cancelled -= 1
                     continue
                 if until is not None and time > until:
                     break
@@ -109,6 +130,7 @@ class EventLoop:
         heap = self._heap
         while heap and heap[0][2] is self._fire and heap[0][3][0].cancelled:
             heapq.heappop(heap)
+            self._cancelled -= 1
         first = min(heap[:1] + list(itertools.islice(self._sorted, 1)), default=None)
         return None if first is None else first[0]
 
@@ -119,19 +141,26 @@ class EventLoop:
         it reads only the entries that come before the `k`th live one and
         their children."""
         heap, fire = self._heap, self._fire
+        ahead = list(itertools.islice(self._sorted, k))  # the sorted queue's first k
+        # The heap's entries after the sorted queue's kth cannot be among the
+        # first k: the walk stops there (it would otherwise pass over every
+        # cancelled timer when few live events are in the heap).
+        limit = ahead[-1] if len(ahead) == k else None
         out: list[tuple[float, int, Callable, tuple]] = []
         if heap:
             n = len(heap)
             frontier = [(heap[0], 0)]  # entries are unique by (time, seq): functions are never compared
             while frontier and len(out) < k:
                 event, i = heapq.heappop(frontier)
+                if limit is not None and event > limit:
+                    break
                 if event[2] is not fire or not event[3][0].cancelled:
                     out.append(event)
                 for child in (2 * i + 1, 2 * i + 2):
                     if child < n:
                         heapq.heappush(frontier, (heap[child], child))
-        if self._sorted:
-            out = list(heapq.merge(out, itertools.islice(self._sorted, k)))[:k]
+        if ahead:
+            out = list(heapq.merge(out, ahead))[:k]
         return out
 
     @property

@@ -99,3 +99,18 @@ def _scripted(bulk: bool, seed: int) -> tuple[list, list]:
 def test_events_scheduled_in_bulk_run_where_one_by_one_they_would():
     for seed in range(40):
         assert _scripted(True, seed) == _scripted(False, seed), seed
+
+
+def test_a_heap_of_mostly_cancelled_timers_drops_them_and_runs_the_same():
+    loop = EventLoop()
+    ran: list = []
+    timers = [loop.call_at(100.0 + i, ran.append, ("timer", i)) for i in range(300)]
+    loop.at(1.0, ran.append, ("event", 1))
+    for i, timer in enumerate(timers):
+        if i % 10:
+            timer.cancel()  # 270 of 300: most of the heap
+    assert loop.pending < 100  # they went
+    assert [e[0] for e in loop.first_live(3)] == [1.0, 100.0, 110.0]
+    timers[0].cancel()
+    loop.run()
+    assert ran == [("event", 1)] + [("timer", i) for i in range(10, 300, 10)]
