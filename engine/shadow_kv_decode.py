@@ -102,7 +102,7 @@ class DecodeChains:
         """Apply the request's pending decode, if any."""
         pending = self._pending.pop(request_id, None)
         if pending is not None:
-            self._decode(request_id, *pending)
+            self._apply_pending(request_id, *pending)
 
     def settle_all(self) -> None:
         """Apply every pending decode. Chained requests write only their own
@@ -110,7 +110,41 @@ class DecodeChains:
         pending = self._pending
         while pending:
             request_id, args = pending.popitem()
-            self._decode(request_id, *args)
+            self._apply_pending(request_id, *args)
+
+    def _apply_pending(
+        self, request_id: str, block_table: list[int], start: int, n: int, t_read: float, t_write: float
+    ) -> None:
+        """`_decode` of a pending (merged) decode. It goes cleanly by
+        construction: the request was chained when it was deferred, and
+        anything that could have changed that (another request taking one of
+        its blocks, a foreign write, a swap, a cache hit) applied it first. So
+        the read finds what `_decode` would check block by block, and the
+        write extends each block's filled prefix: only the marks and the
+        prefixes move. (With content hashes to keep, `_decode` does it: no
+        decode is deferred with prefix caching on, the fast paths' condition.)"""
+        if self.expected_hash is not None or n <= 0:
+            self._decode(request_id, block_table, start, n, t_read, t_write)
+            return
+        bs = self.block_size
+        owned, base = self.owned, self.base
+        end = start + n
+        idx = start // bs
+        first = idx * bs
+        while first < end:
+            block = block_table[idx]
+            f = owned[block]
+            if f == 0:
+                base[block] = first
+            e = end - first
+            if e > bs:
+                e = bs
+            if e > f:
+                owned[block] = e
+            idx += 1
+            first += bs
+        self._verified[request_id] = (block_table, end - 1 if n > 1 else start)
+        self._chain[request_id] = (block_table, end)
 
     def settle_for(self, request_id: str, block_table: list[int], end: int) -> None:
         """Before the request reads or writes positions [0, end) through

@@ -31,6 +31,7 @@ scratch at every use (tests/e2e_inproc/test_fast_paths.py runs with it).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .request import Request, RequestStatus
@@ -42,7 +43,7 @@ CHECK = os.environ.get("DISAGG_SIM_CHECK_STEADY_COHORT", "0").strip().lower() in
 
 
 class SteadyCohort:
-    def __init__(self, s: Scheduler, can_sample) -> None:
+    def __init__(self, s: Scheduler, can_sample: Callable[[int], bool]) -> None:
         self.epoch = s.steady_epoch
         self.block_size = s.kv_cache_manager.block_size
         self.members: list[Request] = []  # the running list, in order
@@ -149,7 +150,7 @@ class SteadyCohort:
         return due + ((now - due) // self.block_size + 1) * self.block_size
 
 
-def sync(s: Scheduler, can_sample) -> SteadyCohort | None:
+def sync(s: Scheduler, can_sample: Callable[[int], bool]) -> SteadyCohort | None:
     """The scheduler's cohort, brought up to its running list: kept if it
     matches, extended by requests appended since, built again otherwise.
     None if a running request is not in steady decode."""
@@ -174,7 +175,7 @@ def sync(s: Scheduler, can_sample) -> SteadyCohort | None:
     return cohort
 
 
-def _checked(s: Scheduler, cohort: SteadyCohort, can_sample) -> SteadyCohort:
+def _checked(s: Scheduler, cohort: SteadyCohort, can_sample: Callable[[int], bool]) -> SteadyCohort:
     if CHECK:
         fresh = SteadyCohort(s, can_sample)
         saved = {id(r): (r.steady_finish, r.steady_due, r.steady_offset) for r in cohort.members}
