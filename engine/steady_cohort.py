@@ -46,8 +46,9 @@ class SteadyCohort:
     def __init__(self, s: Scheduler, can_sample: Callable[[int], bool]) -> None:
         self.epoch = s.steady_epoch
         self.block_size = s.kv_cache_manager.block_size
-        self.members: list[Request] = []  # the running list, in order
-        self.ids: list[str] = []
+        # The running list, in order, and their ids (dicts: a member leaves in O(1)).
+        self.members: dict[Request, None] = {}
+        self.ids: dict[str, None] = {}
         self.by_finish: dict[int, list[Request]] = {}
         self.by_residue: list[list[Request]] = [[] for _ in range(self.block_size)]
         # Sum over members of (computed tokens - current step): with every
@@ -101,8 +102,8 @@ class SteadyCohort:
         if due > now + bs:
             self.spare.add(r)
         r.steady_offset = computed - now
-        self.members.append(r)
-        self.ids.append(r.request_id)
+        self.members[r] = None
+        self.ids[r.request_id] = None
         bucket = self.by_finish.get(finish)
         if bucket is None:
             self.by_finish[finish] = [r]
@@ -114,8 +115,8 @@ class SteadyCohort:
 
     def leave(self, r: Request) -> None:
         """A member reached its length cap (the caller drops it from running)."""
-        self.members.remove(r)
-        self.ids.remove(r.request_id)
+        del self.members[r]
+        del self.ids[r.request_id]
         bucket = self.by_finish[r.steady_finish]
         bucket.remove(r)
         if not bucket:
@@ -157,7 +158,7 @@ def sync(s: Scheduler, can_sample: Callable[[int], bool]) -> SteadyCohort | None
     cohort = s.steady_cohort
     running = s.running
     if cohort is not None and cohort.epoch == s.steady_epoch:
-        members = cohort.members
+        members = list(cohort.members)
         if running == members:
             return _checked(s, cohort, can_sample)
         k = len(members)
@@ -188,5 +189,5 @@ def _checked(s: Scheduler, cohort: SteadyCohort, can_sample: Callable[[int], boo
             kept = (finish, cohort.due_after(due, now), offset)
             assert kept == r_fresh, f"{r.request_id}: cohort has {kept}, the running batch says {r_fresh}"
             r.steady_finish, r.steady_due, r.steady_offset = finish, due, offset
-        assert fresh.members == cohort.members and fresh.computed_offset == cohort.computed_offset
+        assert list(fresh.members) == list(cohort.members) and fresh.computed_offset == cohort.computed_offset
     return cohort

@@ -160,7 +160,7 @@ class EventLoop:
                     if child < n:
                         heapq.heappush(frontier, (heap[child], child))
         if ahead:
-            out = list(heapq.merge(out, ahead))[:k]
+            out = sorted(out + ahead)[:k]  # at most 2k entries, unique by (time, seq)
         return out
 
     @property
