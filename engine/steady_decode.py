@@ -13,7 +13,10 @@ back before the next step's), allocator-call counts, step numbers, fence
 sequence numbers, the runner's block tables, shadow KV reads and writes, the
 finishing requests' outputs and frees, and one `StepRecord` per step.
 engine/steady_step.py does the same for one step next to the scheduler's
-real waiting pass.
+real waiting pass. What is fixed about the running requests between events
+(their finish steps, the steps they take blocks at) is kept from step to
+step in the node's cohort (engine/steady_cohort.py), so reading the batch
+costs what joined or left it, not a pass over it.
 
 What is not covered returns None from `steady_batch` and the node steps as
 usual: async scheduling or a batch queue deeper than one, v0, prefix
