@@ -25,18 +25,14 @@ def test_the_stack_keeps_the_linked_queue_s_order(seed):
             got = queue.popleft_n(n)
             assert stack.popleft_n(n) == got
             taken.extend(got)
-        elif op < 0.7 and taken:
-            back = rng.sample(taken, rng.randint(1, min(len(taken), 9)))
-            for b in back:
-                taken.remove(b)
-            queue.prepend_n(back)
-            stack.prepend_n(back)
         elif op < 0.85 and taken:
-            back = rng.sample(taken, rng.randint(1, min(len(taken), 5)))
+            # Back to the front (a free without caching) or to the tail (a cached block's free).
+            to_front = op < 0.7
+            back = rng.sample(taken, rng.randint(1, min(len(taken), 9 if to_front else 5)))
             for b in back:
                 taken.remove(b)
-            queue.append_n(back)
-            stack.append_n(back)
+            for q in (queue, stack):
+                (q.prepend_n if to_front else q.append_n)(back)
         elif len(queue):
             block = rng.choice(list(queue))
             queue.remove(block)
