@@ -201,6 +201,10 @@ class OutputProcessorMixin:
                 waiting_to_remove.append(request)
         if running_to_remove:
             self.running = [r for r in self.running if r not in running_to_remove]
+            # Running requests left outside the steady paths: the steady-decode
+            # cohort is stale, and a steady step in flight must skip them
+            # (engine/steady_step.py `update_steady`).
+            self.steady_epoch += 1
         if waiting_to_remove:
             self.waiting.remove_requests(waiting_to_remove)
             self.kv_holding_waiting.remove_requests(waiting_to_remove)

@@ -98,15 +98,14 @@ class EngineCoreOutputs:
 
 
 class SteadyTokens:
-    """One token for each of `request_ids` in one step, the `i`th request's
-    at output index `firsts[i]` (engine/steady_decode.py): what a step's
-    one-token outputs of steady decode come to, as one object instead of
-    one `EngineCoreOutput` (and one proxy event) per request. Only the
-    in-process runtime makes and reads these."""
+    """One token for each of `request_ids` in one step, its next output
+    (engine/steady_decode.py): what a step's one-token outputs of steady
+    decode come to, as one object instead of one `EngineCoreOutput` (and one
+    proxy event) per request. Only the in-process runtime makes and reads
+    these."""
 
-    __slots__ = ("request_ids", "firsts")
+    __slots__ = ("request_ids",)
     finish_reason = None
 
-    def __init__(self, request_ids: list[str], firsts: list[int]) -> None:
+    def __init__(self, request_ids: list[str]) -> None:
         self.request_ids = request_ids
-        self.firsts = firsts

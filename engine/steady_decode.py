@@ -70,11 +70,6 @@ class SteadyBatch:
         """The requests step j finishes (by their length cap), in running order."""
         return list(self.cohort.by_finish.get(self.base + j, ()))
 
-    def output_counts(self) -> list[int]:
-        """Per request, its outputs so far (before the first step: the first
-        new token's output index)."""
-        return [len(r._output_token_ids) for r in self.requests]
-
     # What the cohort keeps, per request as relative steps (for tests and tools).
     @property
     def finish_step(self) -> list[int]:

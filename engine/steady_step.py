@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .outputs import EngineCoreOutput, SchedulerOutput, SteadyTokens
-from .request import UNSAMPLED, Request
+from .request import UNSAMPLED, Request, RequestStatus
 from .scheduler import Scheduler
 from .steady_decode import SteadyBatch, finish_at_cap
 
@@ -35,6 +35,7 @@ class SteadyPart:
     starts: list[int]  # per request: its computed tokens before the step
     token_at: Callable[[str, int], int]
     finishing: list[Request]  # the requests the step finishes (by their length cap), in running order
+    epoch: int  # the scheduler's steady epoch when the step was scheduled
 
     def update(self, s: Scheduler, stopped_running: set[Request]) -> list:
         """`update_from_output` for these requests (`update_steady`)."""
@@ -86,7 +87,7 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
         scheduled_new_reqs, [], scheduled_resumed_reqs, req_to_new_blocks, num_scheduled_tokens, total
     )
     starts: list[int] = []
-    so.steady = SteadyPart(batch, new_blocks, starts, core.sampler.token_at, batch.finishing(1))
+    so.steady = SteadyPart(batch, new_blocks, starts, core.sampler.token_at, batch.finishing(1), s.steady_epoch)
     if s.connector is not None:
         so.kv_connector_metadata = s.connector.build_connector_meta(so)
     if s.defer_block_free:
@@ -112,37 +113,41 @@ def update_steady(s: Scheduler, part: SteadyPart, stopped_running: set[Request])
     then the finishing ones' outputs."""
     batch = part.batch
     token_at = part.token_at
-    if part.finishing:
+    if part.finishing or part.epoch != s.steady_epoch:
         return _update_with_finishes(s, part, stopped_running)
-    firsts: list[int] = []
     for r in batch.requests:
         r.num_in_flight_tokens -= 1
-        # `Request.append_unsampled(1, ...)`, inlined; the token's output index
-        # is the request's output count before the step.
-        out = r._output_token_ids
-        firsts.append(len(out))
-        out.append(UNSAMPLED)
+        r._output_token_ids.append(UNSAMPLED)  # `Request.append_unsampled(1, ...)`, inlined
         r.num_tokens += 1
         r._token_source = token_at
-    return [SteadyTokens(batch.ids, firsts)]
+    return [SteadyTokens(batch.ids)]
 
 
 def _update_with_finishes(s: Scheduler, part: SteadyPart, stopped_running: set[Request]) -> list:
+    """`update_steady` when a request finishes in the step, or one was
+    finished from outside while the step was in flight (an abort applied
+    before this update, `EngineCore.process_oldest`): as on the plain path,
+    that one gets nothing, and a step with no output for anyone emits
+    nothing."""
     token_at = part.token_at
     ending = set(part.finishing)
     ids: list[str] = []
-    firsts: list[int] = []
     finished: list[EngineCoreOutput] = []
+    requests = s.requests
     for r in part.batch.requests:
+        if r.status > RequestStatus.PREEMPTED:
+            if requests.get(r.request_id) is r:
+                r.num_in_flight_tokens -= 1
+            continue  # finished from outside (it left the running list: the cohort is built again)
         r.num_in_flight_tokens -= 1
         if r in ending:
             finished.append(finish_at_cap(s, r, 1, token_at, stopped_running))
             part.batch.cohort.leave(r)
             continue
-        out = r._output_token_ids
         ids.append(r.request_id)
-        firsts.append(len(out))
-        out.append(UNSAMPLED)
+        r._output_token_ids.append(UNSAMPLED)
         r.num_tokens += 1
         r._token_source = token_at
-    return [SteadyTokens(ids, firsts), *finished]
+    if not ids and not finished:
+        return []
+    return [SteadyTokens(ids), *finished]

@@ -89,7 +89,10 @@ class EventLoop:
         events = [(t if t >= now else now, seq + i, fn, a) for i, (t, a) in enumerate(zip(times, args), 1)]
         self._seq = seq + len(events)
         events.sort(key=lambda e: e[0])  # stable: equal times keep their order of scheduling
-        self._sorted = deque(heapq.merge(self._sorted, events)) if self._sorted else deque(events)
+        # In place: `run` holds this deque while it runs (a handler may schedule more).
+        merged = list(heapq.merge(self._sorted, events)) if self._sorted else events
+        self._sorted.clear()
+        self._sorted.extend(merged)
 
     def run(self, until: float | None = None, max_events: int | None = None) -> None:
         heap, ordered = self._heap, self._sorted

@@ -170,7 +170,7 @@ class SteadyDecodeForwarder:
             executor.busy_time += runs[j]
             done = pipeline.finish_time(times[j], runs[j])
             assert done == times[j + 1], (done, times[j + 1])
-        ids, firsts = batch.ids, batch.output_counts()  # before the steps
+        ids = batch.ids
         finished = advance(core, batch, per_step, finishing, m, times, durations, shapes)
         if node.loop.keep_timings:
             first_index = core.scheduler.current_step - m + 1
@@ -193,7 +193,7 @@ class SteadyDecodeForwarder:
         # The node goes on when the last step ends, before the proxy takes in
         # that step's outputs (the order of a step's end on the plain path).
         loop.at(times[m], self._resume)
-        cluster._steady_outputs(node, ids, firsts, times[1:], sizes, events)
+        cluster._steady_outputs(node, ids, times[1:], sizes, events)
         self.forwarding = True
         return True
 

@@ -42,7 +42,7 @@ class ProxyOutputsMixin:
         node_of = self._node_of
         if events and type(events[0]) is SteadyTokens:
             steady = events[0]
-            self._record_runs(node, steady.request_ids, steady.firsts, [now], None)
+            self._record_runs(node, steady.request_ids, [now], None)
             events = events[1:]
         runs = self._token_runs if self._token_runs.has_open() else None
         for ev in events:
@@ -81,15 +81,14 @@ class ProxyOutputsMixin:
         self: InProcCluster,
         node: NodeRole,
         ids: list[str],
-        firsts: list[int],
         ends: list[float],
         sizes: list[int],
         finished: dict[int, list[OutputEvent]],
     ) -> None:
         """What `_from_node` and `_proxy_receive` do for the outputs of
         forwarded steps (fast_forward.py): one proxy-link transit per step at
-        its end (`sizes`: its outputs), the requests' tokens (request i: one
-        per step until it finishes, output indices from `firsts[i]`), and
+        its end (`sizes`: its outputs), the requests' tokens (one per step
+        until each finishes), and
         each step's finishing outputs (`finished`, by step) through
         `_proxy_receive` when the step ends. Tokens are recorded at the end
         of the first step, before any finish (the proxy's receipt of the
@@ -99,7 +98,7 @@ class ProxyOutputsMixin:
         assert arrivals == ends, "the fast-forward runs only over an ideal proxy link"
         # A request finishing in these steps gets its last token with its finish.
         finishing = {ev.request_id: j - 1 for j, events in finished.items() for ev in events}
-        self.loop.at(ends[0], self._record_runs, node, ids, firsts, ends, finishing or None)
+        self.loop.at(ends[0], self._record_runs, node, ids, ends, finishing or None)
         for j, events in finished.items():
             self.loop.at(ends[j - 1], self._proxy_receive, node, events)
 
@@ -107,15 +106,13 @@ class ProxyOutputsMixin:
         self: InProcCluster,
         node: NodeRole,
         ids: list[str],
-        firsts: list[int],
         times: list[float],
         finishing: dict[str, int] | None,
     ) -> None:
-        """One token per request and step at `times` (request i's first
-        has output index `firsts[i]`; a request in `finishing`: only the
-        first `finishing[id]`), as `_proxy_receive` records token outputs,
-        kept as runs (token_runs.py)."""
-        self._token_runs.receive(node, ids, firsts, times, finishing)
+        """One token per request and step at `times` (a request in
+        `finishing`: only the first `finishing[id]`), as `_proxy_receive`
+        records token outputs, kept as runs (token_runs.py)."""
+        self._token_runs.receive(node, ids, times, finishing)
 
     def _on_output(self: InProcCluster, node: NodeRole, rec: RequestRecord, ev: OutputEvent, now: float) -> None:
         if rec.first_scheduled_time is None:

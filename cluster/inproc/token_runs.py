@@ -53,14 +53,12 @@ class SteadyTokenRuns:
         self,
         node: NodeRole,
         ids: list[str],
-        firsts: list[int],
         times: list[float],
         finishing: dict[str, int] | None = None,
     ) -> None:
-        """One token per request named and per time in `times` (request i's
-        first has output index `firsts[i]`), except that a request in
-        `finishing` gets only the first `finishing[id]` here (its last
-        token comes with its finish)."""
+        """One token per request named and per time in `times`, except that
+        a request in `finishing` gets only the first `finishing[id]` here (its
+        last token comes with its finish)."""
         runs = self._nodes.get(node.name)
         if runs is None:
             runs = self._nodes[node.name] = _NodeRuns()
@@ -72,7 +70,7 @@ class SteadyTokenRuns:
                 for rid in [r for r in open_ if r not in named]:
                     self._close(runs, rid, base)  # not in this batch: its run ended at the last receipt
                 for rid in named.difference(open_):
-                    self._join(node, runs, rid, firsts[ids.index(rid)], base, len(times), finishing)
+                    self._join(node, runs, rid, base, len(times), finishing)
             runs.synced = ids if open_.keys() == named else None
         runs.times.extend(times)
         if finishing:
@@ -85,7 +83,6 @@ class SteadyTokenRuns:
         node: NodeRole,
         runs: _NodeRuns,
         rid: str,
-        first: int,
         base: int,
         m: int,
         finishing: dict[str, int] | None,
@@ -104,7 +101,12 @@ class SteadyTokenRuns:
             rec.first_scheduled_time = node.core.first_scheduled_time(rid)
         if n == 0:
             return
-        runs.open[rid] = (rec, base, first)
+        # The run's first token is the record's next one, as the plain path
+        # appends it. (Not the node's output index: a request re-routed after
+        # its node died starts over on the new node, whose prompt then holds
+        # the tokens delivered so far; the record's positions are those of
+        # the original prompt.)
+        runs.open[rid] = (rec, base, len(rec.output_token_ids))
         self._node_of_run[rid] = runs
 
     def _close(self, runs: _NodeRuns, rid: str, end: int) -> None:

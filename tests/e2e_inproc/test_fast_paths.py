@@ -288,3 +288,93 @@ def test_a_node_killed_and_clients_going_away_mid_forward_change_nothing_either(
     assert_identical(plain, fast)
     reasons = {r.finish_reason for r in fast.requests}
     assert {"abort", "error"} <= reasons and fast.extra["steps_fast_forwarded"] > 0
+
+
+def _run_with(spec: ClusterSpec, work: list[WorkloadRequest], on: bool, setup=None):
+    previous = fast_paths.set_enabled(on)
+    try:
+        cluster = InProcCluster(spec, seed=0)
+        cluster.submit(work)
+        if setup is not None:
+            setup(cluster)
+        return cluster.run()
+    finally:
+        fast_paths.set_enabled(previous)
+
+
+def _first_steady_admission_step(spec: ClusterSpec, work: list[WorkloadRequest], monkeypatch) -> float:
+    """When the fast path first schedules a step next to a waiting pass (`schedule_with_steady`)."""
+    import engine.engine_core as engine_core
+
+    seen: list[float] = []
+    queue_step = engine_core.EngineCore.queue_step
+
+    def spy(self, now, so):
+        if so.steady is not None and not seen:
+            seen.append(now)
+        return queue_step(self, now, so)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(engine_core.EngineCore, "queue_step", spy)
+        _run_with(spec, work, True)
+    assert seen
+    return seen[0]
+
+
+@pytest.mark.parametrize("case", ["finishing in that step", "alone, on a jittered proxy link"])
+def test_a_client_going_away_while_a_steady_step_is_in_flight_changes_nothing(case: str, monkeypatch) -> None:
+    """The abort is applied before the step's update (`EngineCore.process_oldest`):
+    the request gets nothing from that step, as on the plain path. Before,
+    the steady update still gave it its token: a second free of a request
+    that reached its cap in that step (KeyError), or an output message the
+    plain path never sends (on a jittered link every later delay moved)."""
+    engine = {"num_gpu_blocks": 2000, "enable_prefix_caching": False}
+    if case == "finishing in that step":
+        spec = ClusterSpec.model_validate(
+            {"prefill": {"count": 0}, "decode": {"count": 1, "engine": {**engine, "max_num_seqs": 64}}}
+        )
+        work = [WorkloadRequest(f"r{i}", 0.02 * i, 50, 40 + (i % 7)) for i in range(60)]
+        at = 0.5816773 + 1e-9  # r0 reaches its cap in the admission step in flight then
+    else:
+        spec = ClusterSpec.model_validate(
+            {
+                "prefill": {"count": 0},
+                "decode": {"count": 1, "engine": {**engine, "max_num_batched_tokens": 64}},
+                "links": {"proxy": {"delay_ms": 0.5, "jitter_ms": 0.1}},
+            }
+        )
+        # r1's long prompt is admitted in chunks next to r0's decode: that step's only output is r0's.
+        work = [
+            WorkloadRequest("r0", 0.0, 30, 300),
+            WorkloadRequest("r1", 0.2, 400, 50),
+            WorkloadRequest("r2", 0.5, 20, 100),
+        ]
+        at = _first_steady_admission_step(spec, work, monkeypatch) + 1e-9
+
+    def abort_r0(cluster: InProcCluster) -> None:
+        cluster.loop.at(at, cluster.abort, "r0")
+
+    plain, fast = (_run_with(spec, work, on, abort_r0) for on in (False, True))
+    assert_identical(plain, fast)
+    assert fast.requests[0].finish_reason == "abort"
+
+
+def test_a_request_rerouted_after_its_decode_node_died_gets_the_same_tokens() -> None:
+    """The new node computes it from its prompt plus the tokens delivered so
+    far, so its output indices start over there; the client's token runs
+    continue the record (before, they restarted at the node's index: wrong ids)."""
+    spec = ClusterSpec.model_validate(
+        {
+            "prefill": {"count": 0},
+            "decode": {"count": 2, "engine": {"num_gpu_blocks": 2000, "enable_prefix_caching": False}},
+            "routing": "round_robin",
+        }
+    )
+    work = [WorkloadRequest(f"r{i}", 0.01 * i, 40, 200) for i in range(6)]
+
+    def kill(cluster: InProcCluster) -> None:
+        cluster.kill_node_at("decode-0", 0.8)
+
+    plain, fast = (_run_with(spec, work, on, kill) for on in (False, True))
+    assert_identical(plain, fast)
+    assert fast.extra["rerouted"] and fast.invariant_errors == []

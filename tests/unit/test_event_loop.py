@@ -114,3 +114,12 @@ def test_a_heap_of_mostly_cancelled_timers_drops_them_and_runs_the_same():
     timers[0].cancel()
     loop.run()
     assert ran == [("event", 1)] + [("timer", i) for i in range(10, 300, 10)]
+
+
+def test_events_scheduled_in_bulk_from_a_running_event_run_once_in_that_run():
+    loop = EventLoop()
+    ran: list = []
+    loop.at_each([1.0, 3.0], ran.append, [(1.0,), (3.0,)])
+    loop.at(2.0, lambda: loop.at_each([2.5], ran.append, [(2.5,)]))
+    loop.run()
+    assert ran == [1.0, 2.5, 3.0] and loop.pending == 0

@@ -50,7 +50,7 @@ def test_the_batch_carries_what_every_later_pass_reads():
     running = core.scheduler.running
     assert batch.requests == running and batch.ids == [r.request_id for r in running]
     # 20 prompt tokens + 2 outputs: 21 computed, 2 outputs so far, 48 steps to go.
-    assert batch.context == 63 and batch.output_counts() == [2, 2, 2] and batch.finish_step == [48, 48, 48]
+    assert batch.context == 63 and batch.finish_step == [48, 48, 48]
     # 2 blocks of 16 hold 21 computed tokens; step j needs 21 + j slots: a block at step 12, then every 16.
     assert batch.block_due == [12, 12, 12]
     per_step, finishing, fits = block_plan(core, batch, 30)
