@@ -378,3 +378,60 @@ def test_a_request_rerouted_after_its_decode_node_died_gets_the_same_tokens() ->
     plain, fast = (_run_with(spec, work, on, kill) for on in (False, True))
     assert_identical(plain, fast)
     assert fast.extra["rerouted"] and fast.invariant_errors == []
+
+
+def _scenario_with_faults(rng: random.Random):
+    """`random_scenario`, wider: a small `max_model_len`, per-request stop
+    ids, `ignore_eos` and `min_tokens`, clients going away at random times,
+    and a decode node killed (and maybe restarted)."""
+    cluster, workload, max_concurrency = random_scenario(rng)
+    max_model_len = rng.choice([64, 128, 512, 2048])
+    for role in ("prefill", "decode"):
+        cluster[role]["engine"]["max_model_len"] = max_model_len
+    if rng.random() < 0.5:
+        cluster["decode"]["pp_size"] = 1
+        cluster["decode"]["engine"]["async_scheduling"] = False
+    if rng.random() < 0.5:
+        cluster["decode"]["engine"]["enable_prefix_caching"] = False
+    work = []
+    for w in workload:
+        extra: dict = {}
+        x = rng.random()
+        if x < 0.1:
+            extra["stop_token_ids"] = (rng.randint(3, 50),)
+        elif x < 0.2:
+            extra["ignore_eos"] = rng.random() < 0.5
+        elif x < 0.3:
+            extra["min_tokens"] = rng.randint(0, 20)
+        prompt_len = min(w.prompt_len, max_model_len - 1)
+        work.append(WorkloadRequest(w.request_id, w.arrival_time, prompt_len, w.output_len, w.priority, **extra))
+    aborts = [(rng.uniform(0, 3.0), rng.choice(work).request_id) for _ in range(rng.choice([0, 0, 3, 10]))]
+    kill = None
+    if rng.random() < 0.2 and cluster["decode"]["count"] == 1:
+        kill = (rng.uniform(0.2, 3.0), rng.random() < 0.5)  # (when, restarted 0.3 s later)
+
+    def setup(c: InProcCluster) -> None:
+        for at, rid in aborts:
+            c.loop.at(at, c.abort, rid)
+        if kill is not None:
+            c.kill_node_at("decode-0", kill[0])
+            if kill[1]:
+                c.restart_node_at("decode-0", kill[0] + 0.3)
+
+    return ClusterSpec.model_validate(cluster), work, max_concurrency, setup
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_scenarios_with_faults_and_stop_conditions_are_identical(seed: int) -> None:
+    spec, work, max_concurrency, setup = _scenario_with_faults(random.Random(seed))
+    results = []
+    for on in (False, True):
+        previous = fast_paths.set_enabled(on)
+        try:
+            cluster = InProcCluster(spec, seed=seed)
+            cluster.submit(work, max_concurrency)
+            setup(cluster)
+            results.append(cluster.run())
+        finally:
+            fast_paths.set_enabled(previous)
+    assert_identical(*results)
