@@ -151,29 +151,30 @@ class SteadyCohort:
         return due + ((now - due) // self.block_size + 1) * self.block_size
 
 
-def sync(s: Scheduler, can_sample: Callable[[int], bool]) -> SteadyCohort | None:
+def sync(s: Scheduler, can_sample: Callable[[int], bool]) -> tuple[SteadyCohort, list[Request]] | None:
     """The scheduler's cohort, brought up to its running list: kept if it
-    matches, extended by requests appended since, built again otherwise.
-    None if a running request is not in steady decode."""
+    matches, extended by requests appended since, built again otherwise;
+    with its members in running order (a list of their own). None if a
+    running request is not in steady decode."""
     cohort = s.steady_cohort
     running = s.running
     if cohort is not None and cohort.epoch == s.steady_epoch:
         members = list(cohort.members)
         if running == members:
-            return _checked(s, cohort, can_sample)
+            return _checked(s, cohort, can_sample), members
         k = len(members)
         if len(running) > k and running[:k] == members:
             for r in running[k:]:
                 if not cohort.join(s, r):
                     return None  # it stays out; the joins before it stay
-            return _checked(s, cohort, can_sample)
+            return _checked(s, cohort, can_sample), list(running)
     s.steady_cohort = None
     cohort = SteadyCohort(s, can_sample)
     for r in running:
         if not cohort.join(s, r):
             return None
     s.steady_cohort = cohort
-    return cohort
+    return cohort, list(running)
 
 
 def _checked(s: Scheduler, cohort: SteadyCohort, can_sample: Callable[[int], bool]) -> SteadyCohort:

@@ -134,15 +134,16 @@ def steady_batch(core: NodeCore, admitting: bool = False) -> SteadyBatch | None:
     b = len(s.running)
     if b == 0 or b > s.max_num_scheduled_tokens or b > s.scheduler_config.max_num_batched_tokens:
         return None
-    cohort = sync(s, core.sampler.can_sample)
-    if cohort is None:
+    synced = sync(s, core.sampler.can_sample)
+    if synced is None:
         return None
+    cohort, members = synced
     if core.shadow is not None:
         bad = core.shadow._bad
         if bad and not bad.keys().isdisjoint(cohort.ids):
             return None  # the shadow store saw trouble for a request: step by step
     base = s.current_step
-    return SteadyBatch(list(cohort.members), list(cohort.ids), base, cohort.computed_offset + b * base, cohort)
+    return SteadyBatch(members, list(cohort.ids), base, cohort.computed_offset + b * base, cohort)
 
 
 def block_plan(core: NodeCore, batch: SteadyBatch, m: int) -> tuple[list[list[Request]], list[list[Request]], int]:
@@ -180,8 +181,9 @@ def finish_at_cap(
 ) -> EngineCoreOutput:
     """`update_from_output` for a steady request's next `k` tokens, the
     last of which reaches its length cap: the others stay unsampled (drawn
-    when read), the last is sampled, the request stops and is freed, and
-    its output carries that token."""
+    when read), the last is sampled, the request stops, is freed and leaves
+    the steady cohort, and its output carries that token. (`stopped`
+    collects it, for the caller to drop from `running`.)"""
     out = r._output_token_ids
     if k > 1:
         out.extend([UNSAMPLED] * (k - 1))
@@ -192,6 +194,7 @@ def finish_at_cap(
     assert check_stop(r, s.max_model_len), f"{r.request_id} was expected to finish after {k} more tokens"
     kv_transfer_params = s._free_request(r)
     stopped.add(r)
+    s.steady_cohort.leave(r)  # type: ignore[union-attr]  # a steady request is a member
     return EngineCoreOutput(
         r.request_id, [token], r.get_finished_reason(), r.stop_reason, kv_transfer_params,
         num_preemptions=r.num_preemptions,
@@ -302,9 +305,6 @@ def advance(
     # loop is the per-request cost of a forward.
     if stopped:
         s.running = [r for r in s.running if r not in stopped]
-        leave = batch.cohort.leave
-        for r in stopped:
-            leave(r)
     unsampled = [UNSAMPLED] * m
     seq = seq0 + m
     for r in s.running:

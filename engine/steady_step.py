@@ -108,8 +108,8 @@ def update_steady(s: Scheduler, part: SteadyPart, stopped_running: set[Request])
     """`update_from_output` for the steady requests of a step, in running
     order: one token each; a request reaching its length cap in this step
     gets its sampled token, stops and is freed there, as on the plain path
-    (`stopped_running` collects it, for the caller to drop from `running`;
-    it leaves the cohort here). Returns the `SteadyTokens` of the others,
+    (`stopped_running` collects it, for the caller to drop from `running`).
+    Returns the `SteadyTokens` of the others,
     then the finishing ones' outputs."""
     batch = part.batch
     token_at = part.token_at
@@ -142,7 +142,6 @@ def _update_with_finishes(s: Scheduler, part: SteadyPart, stopped_running: set[R
         r.num_in_flight_tokens -= 1
         if r in ending:
             finished.append(finish_at_cap(s, r, 1, token_at, stopped_running))
-            part.batch.cohort.leave(r)
             continue
         ids.append(r.request_id)
         r._output_token_ids.append(UNSAMPLED)
