@@ -231,7 +231,7 @@ class DelayLine:
         is sent; the counters and the random stream (a fixed number of
         draws per message) end where message-by-message sending leaves
         them. False (nothing done) when the shortcut does not apply."""
-        if not times or not self.spec.is_ideal or self.fault_windows:
+        if not times or not self._ideal or self.fault_windows:
             return False
         if times[0] < self._wire_free or times[0] < self._last_arrival or any(a > b for a, b in zip(times, times[1:])):
             return False

@@ -347,7 +347,7 @@ def run_inproc(
     debug_invariants: bool = False,
     trace: bool = False,
 ) -> RunResult:
-    with collector_paused():  # setting up allocates per request too (collector.py)
+    with collector_paused():  # setting up allocates per request too (collector.py); `run` pauses itself
         cluster = InProcCluster(spec, seed=seed, debug_invariants=debug_invariants, trace=trace)
         cluster.submit(workload, max_concurrency)
-        return cluster.run()
+    return cluster.run()

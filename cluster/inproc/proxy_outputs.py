@@ -88,9 +88,8 @@ class ProxyOutputsMixin:
         """What `_from_node` and `_proxy_receive` do for the outputs of
         forwarded steps (fast_forward.py): one proxy-link transit per step at
         its end (`sizes`: its outputs), the requests' tokens (one per step
-        until each finishes), and
-        each step's finishing outputs (`finished`, by step) through
-        `_proxy_receive` when the step ends. Tokens are recorded at the end
+        until each finishes), and each step's finishing outputs (`finished`,
+        by step) through `_proxy_receive` when the step ends. Tokens are recorded at the end
         of the first step, before any finish (the proxy's receipt of the
         outputs before these is due now)."""
         line = self._proxy_links[node.name][1]
