@@ -165,7 +165,7 @@ class SimModelRunner:
             entries.append((req_id, state.block_ids, start, n, req_id not in partial))
         batch_size = len(entries)
         if steady is not None:
-            b = len(steady.starts)
+            b = len(steady.batch.requests)
             plan.steady = steady
             ctx = steady.batch.context + b
             decode += b

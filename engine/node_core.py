@@ -283,6 +283,8 @@ class NodeCore:
         """A node at the end of a run: blocks conserved, no double free,
         nothing held, nothing deferred, the pool fully free."""
         errors: list[str] = []
+        if not self.is_v0:
+            self.scheduler.settle_steady()
         try:
             self.check_block_conservation()
         except AssertionError as e:

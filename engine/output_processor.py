@@ -26,6 +26,8 @@ class OutputProcessorMixin:
         scheduler_output: SchedulerOutput,
         model_runner_output: ModelRunnerOutput,
     ) -> dict[int, EngineCoreOutputs]:
+        if scheduler_output.steady is None:
+            self.settle_steady()
         num_scheduled_tokens = scheduler_output.num_scheduled_tokens
         sampled_token_ids = model_runner_output.sampled_token_ids
         kv_connector_output = model_runner_output.kv_connector_output
@@ -180,6 +182,7 @@ class OutputProcessorMixin:
         already-finished ids; returns the requests it finished."""
         if not RequestStatus.is_finished(finished_status):
             raise ValueError(f"finished_status={finished_status!r} is not a finished status")
+        self.settle_steady()
         if isinstance(request_ids, str):
             request_ids = (request_ids,)
         elif request_ids is None:

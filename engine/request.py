@@ -119,10 +119,12 @@ class Request:
         self._token_source: Callable[[str, int], int] | None = None
         # In a steady-decode cohort (`engine/steady_cohort.py`), in absolute
         # steps: the step that finishes it, its first step that takes a new
-        # block, and its computed tokens minus the current step.
+        # block, its computed tokens minus the current step, and the step its
+        # counters were last written for (the cohort writes them lazily).
         self.steady_finish = 0
         self.steady_due = 0
         self.steady_offset = 0
+        self.steady_written = 0
 
     # -- token views -------------------------------------------------------
     @property

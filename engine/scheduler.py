@@ -162,7 +162,15 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
         return not self.defer_block_free or request.last_sched_seq <= self.processed_step_seq
 
     # --------------------------------------------------------------- schedule
+    def settle_steady(self) -> None:
+        """Write the steady cohort's lazily kept counters (engine/steady_cohort.py)
+        before a path other than the steady ones reads or changes requests."""
+        cohort = self.steady_cohort
+        if cohort is not None and cohort.owed:
+            cohort.settle(self)
+
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
+        self.settle_steady()
         self.current_step += 1
         self.steady_epoch += 1  # the steady-decode cohort is stale now
         scheduled_new_reqs: list[Request] = []

@@ -24,8 +24,20 @@ the running list (an abort, say) shows as a running list the cohort does not
 match, and the cohort is built again too. Requests appended to the running
 list by a steady admission step join at the end.
 
+The members' token counters are written lazily. While the scheduler only
+takes steady steps, a member's computed tokens at step T are its offset
+(`Request.steady_offset`) plus T, its tokens one more (one fewer while a
+steady step is in flight), and its output ids that many UNSAMPLED ones past
+its prompt; writing them into every member at every step was a pass over the
+batch per step. The steady paths leave them as they are, and `settle` writes
+them (`Request.steady_written`: the step they were written for) before
+anything else reads them: a plain `schedule()`, `finish_requests`, an
+`update_from_output` of a plain step, a member's own finish, and building the
+cohort again.
+
 `DISAGG_SIM_CHECK_STEADY_COHORT=1` compares the cohort with one built from
-scratch at every use (tests/e2e_inproc/test_fast_paths.py runs with it).
+scratch at every use, and checks that every member's counters are ones the
+steady paths can have left (tests/e2e_inproc/test_fast_paths.py runs with it).
 """
 
 from __future__ import annotations
@@ -34,16 +46,17 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .request import Request, RequestStatus
+from .request import UNSAMPLED, Request, RequestStatus
 
 if TYPE_CHECKING:
+    from .sampler import DeterministicSampler
     from .scheduler import Scheduler
 
 CHECK = os.environ.get("DISAGG_SIM_CHECK_STEADY_COHORT", "0").strip().lower() in ("1", "true", "on", "yes")
 
 
 class SteadyCohort:
-    def __init__(self, s: Scheduler, can_sample: Callable[[int], bool]) -> None:
+    def __init__(self, s: Scheduler, sampler: DeterministicSampler) -> None:
         self.epoch = s.steady_epoch
         self.block_size = s.kv_cache_manager.block_size
         # The running list, in order, and their ids (dicts: a member leaves in O(1)).
@@ -59,8 +72,14 @@ class SteadyCohort:
         # a block's worth of steps away): only they make `takers` check the
         # first step. A request holds exactly the blocks its tokens fill.
         self.spare: set[Request] = set()
-        self._can_sample = can_sample
+        self._can_sample: Callable[[int], bool] = sampler.can_sample
         self._eos_checked: int | None = None
+        # Lazy counters: whether a steady path left members' counters
+        # unwritten, and whether a steady step is in flight (scheduled by
+        # `schedule_with_steady`, not yet updated).
+        self.owed = False
+        self.in_flight = False
+        self.token_at: Callable[[str, int], int] = sampler.token_at
 
     # ------------------------------------------------------------ membership
     def join(self, s: Scheduler, r: Request) -> bool:
@@ -102,6 +121,7 @@ class SteadyCohort:
         if due > now + bs:
             self.spare.add(r)
         r.steady_offset = computed - now
+        r.steady_written = now
         self.members[r] = None
         self.ids[r.request_id] = None
         bucket = self.by_finish.get(finish)
@@ -124,6 +144,23 @@ class SteadyCohort:
         self.by_residue[r.steady_due % self.block_size].remove(r)
         self.computed_offset -= r.steady_offset
         self.spare.discard(r)
+
+    # ------------------------------------------------------- lazy counters
+    def settle(self, s: Scheduler) -> None:
+        """Write every member's counters as the steps so far left them
+        (the module docstring): before anything but a steady path reads them."""
+        if not self.owed:
+            return
+        self.owed = False
+        now, in_flight, token_at = s.current_step, int(self.in_flight), self.token_at
+        seq = s.sched_step_seq if s.defer_block_free else None
+        for r in self.members:
+            write_counters(r, now, in_flight, seq, token_at)
+
+    def settle_one(self, s: Scheduler, r: Request) -> None:
+        """`settle` for member `r` alone (it is about to finish)."""
+        seq = s.sched_step_seq if s.defer_block_free else None
+        write_counters(r, s.current_step, int(self.in_flight), seq, self.token_at)
 
     # --------------------------------------------------------------- reading
     def takers(self, step: int, ended: set[Request]) -> list[Request]:
@@ -151,7 +188,25 @@ class SteadyCohort:
         return due + ((now - due) // self.block_size + 1) * self.block_size
 
 
-def sync(s: Scheduler, can_sample: Callable[[int], bool]) -> tuple[SteadyCohort, list[Request]] | None:
+def write_counters(r: Request, now: int, in_flight: int, seq: int | None, token_at: Callable[[str, int], int]) -> None:
+    """A member's counters at step `now` (`in_flight`: 1 while a steady
+    step is in flight): what one-token-a-step decoding since they were last
+    written leaves; `seq`, the newest step's fence number (None: no fence)."""
+    computed = r.steady_offset + now
+    if r.steady_written != now:  # every step since included it
+        r.num_computed_tokens = computed
+        r.steady_written = now
+        if seq is not None:
+            r.last_sched_seq = seq
+    r.num_in_flight_tokens = in_flight
+    owed = computed + 1 - in_flight - r.num_tokens
+    if owed > 0:
+        r._output_token_ids.extend([UNSAMPLED] * owed)  # `Request.append_unsampled`
+        r.num_tokens += owed
+        r._token_source = token_at
+
+
+def sync(s: Scheduler, sampler: DeterministicSampler) -> tuple[SteadyCohort, list[Request]] | None:
     """The scheduler's cohort, brought up to its running list: kept if it
     matches, extended by requests appended since, built again otherwise;
     with its members in running order (a list of their own). None if a
@@ -161,15 +216,17 @@ def sync(s: Scheduler, can_sample: Callable[[int], bool]) -> tuple[SteadyCohort,
     if cohort is not None and cohort.epoch == s.steady_epoch:
         members = list(cohort.members)
         if running == members:
-            return _checked(s, cohort, can_sample), members
+            return _checked(s, cohort, sampler), members
         k = len(members)
         if len(running) > k and running[:k] == members:
             for r in running[k:]:
                 if not cohort.join(s, r):
                     return None  # it stays out; the joins before it stay
-            return _checked(s, cohort, can_sample), list(running)
+            return _checked(s, cohort, sampler), list(running)
+    if cohort is not None:
+        cohort.settle(s)  # its members are read from scratch now
     s.steady_cohort = None
-    cohort = SteadyCohort(s, can_sample)
+    cohort = SteadyCohort(s, sampler)
     for r in running:
         if not cohort.join(s, r):
             return None
@@ -177,18 +234,47 @@ def sync(s: Scheduler, can_sample: Callable[[int], bool]) -> tuple[SteadyCohort,
     return cohort, list(running)
 
 
-def _checked(s: Scheduler, cohort: SteadyCohort, can_sample: Callable[[int], bool]) -> SteadyCohort:
+def _checked(s: Scheduler, cohort: SteadyCohort, sampler: DeterministicSampler) -> SteadyCohort:
     if CHECK:
-        fresh = SteadyCohort(s, can_sample)
-        saved = {id(r): (r.steady_finish, r.steady_due, r.steady_offset) for r in cohort.members}
-        for r in s.running:
-            assert fresh.join(s, r), f"{r.request_id}: a cohort member no longer in steady decode"
-        now = s.current_step
-        for r in cohort.members:
-            finish, due, offset = saved[id(r)]
-            r_fresh = (r.steady_finish, r.steady_due, r.steady_offset)
-            kept = (finish, cohort.due_after(due, now), offset)
-            assert kept == r_fresh, f"{r.request_id}: cohort has {kept}, the running batch says {r_fresh}"
-            r.steady_finish, r.steady_due, r.steady_offset = finish, due, offset
-        assert list(fresh.members) == list(cohort.members) and fresh.computed_offset == cohort.computed_offset
+        _check(s, cohort, sampler)
     return cohort
+
+
+def _check(s: Scheduler, cohort: SteadyCohort, sampler: DeterministicSampler) -> None:
+    """The cohort against one built from scratch (with every member's
+    counters settled for it, then put back as they were, so the lazy state
+    the run goes on with is the one checked), and every member's counters
+    ones the steady paths can have left."""
+    now = s.current_step
+    for r in cohort.members:
+        written = r.num_computed_tokens - r.steady_offset
+        assert written == r.steady_written <= now and r.num_in_flight_tokens in (0, 1), (
+            f"{r.request_id}: a cohort member no longer in steady decode (counters changed outside the steady paths: written for {written}, {r.steady_written} recorded, step {now}, {r.num_in_flight_tokens} in flight)"
+        )
+        assert r.num_tokens == r.num_computed_tokens + 1 - r.num_in_flight_tokens, (
+            f"{r.request_id}: a cohort member no longer in steady decode ({r.num_tokens} tokens, "
+            f"{r.num_computed_tokens} computed, {r.num_in_flight_tokens} in flight)"
+        )
+        assert len(r._output_token_ids) == r.num_tokens - r.num_prompt_tokens
+    keep = (
+        "num_computed_tokens", "num_tokens", "num_in_flight_tokens", "last_sched_seq", "_token_source", "steady_written"
+    )  # fmt: skip
+    saved = {r: tuple(getattr(r, k) for k in keep) for r in cohort.members}
+    owed = cohort.owed
+    cohort.settle(s)
+    fresh = SteadyCohort(s, sampler)
+    lazy = {id(r): (r.steady_finish, r.steady_due, r.steady_offset) for r in cohort.members}
+    for r in s.running:
+        assert fresh.join(s, r), f"{r.request_id}: a cohort member no longer in steady decode"
+    for r in cohort.members:
+        finish, due, offset = lazy[id(r)]
+        r_fresh = (r.steady_finish, r.steady_due, r.steady_offset)
+        kept = (finish, cohort.due_after(due, now), offset)
+        assert kept == r_fresh, f"{r.request_id}: cohort has {kept}, the running batch says {r_fresh}"
+        r.steady_finish, r.steady_due, r.steady_offset = finish, due, offset
+        values = saved[r]
+        del r._output_token_ids[len(r._output_token_ids) - (r.num_tokens - values[1]) :]
+        for k, v in zip(keep, values):
+            setattr(r, k, v)
+    cohort.owed = owed
+    assert list(fresh.members) == list(cohort.members) and fresh.computed_offset == cohort.computed_offset

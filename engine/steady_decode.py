@@ -93,7 +93,7 @@ class SteadyBatch:
             if gone is not None:
                 n -= len(gone)
                 for r in gone:
-                    sc -= r.num_computed_tokens
+                    sc -= r.steady_offset + base  # its computed tokens before step 1
 
 
 def is_quiet(core: NodeCore) -> bool:
@@ -134,7 +134,7 @@ def steady_batch(core: NodeCore, admitting: bool = False) -> SteadyBatch | None:
     b = len(s.running)
     if b == 0 or b > s.max_num_scheduled_tokens or b > s.scheduler_config.max_num_batched_tokens:
         return None
-    synced = sync(s, core.sampler.can_sample)
+    synced = sync(s, core.sampler)
     if synced is None:
         return None
     cohort, members = synced
@@ -238,17 +238,15 @@ def advance(
     token_at = core.sampler.token_at
     defer = s.defer_block_free
     seq0 = s.sched_step_seq
+    cohort = batch.cohort
+    base = batch.base
 
-    def run_steps(r: Request, n: int) -> None:
-        """The request's counters and shadow KV over its `n` steps in this forward."""
-        c = r.num_computed_tokens
-        if shadow is not None:
-            # Reads and writes as the steps make them; no request here has a
-            # bad block, so none of them can report (the times do not matter).
-            shadow.decode_later(r.request_id, states[r.request_id].block_ids, c, n, times[1], times[n])
-        r.num_computed_tokens = c + n
-        if defer:
-            r.last_sched_seq = seq0 + n
+    def shadow_steps(r: Request, n: int) -> None:
+        """The request's shadow KV reads and writes over its `n` steps in
+        this forward; no request here has a bad block, so none of them can
+        report (the times do not matter)."""
+        c = r.steady_offset + base  # its computed tokens before step 1
+        shadow.decode_later(r.request_id, states[r.request_id].block_ids, c, n, times[1], times[n])  # type: ignore[union-attr]
 
     # Step by step: blocks in the order step-by-step allocation takes them,
     # then the frees of the requests the step finished.
@@ -285,7 +283,12 @@ def advance(
                 s.sched_step_seq = s.processed_step_seq = seq0 + j
             step_outputs = outputs[j] = []
             for r in finishing[j]:
-                run_steps(r, j)
+                if shadow is not None:
+                    shadow_steps(r, j)
+                cohort.settle_one(s, r)  # its counters before step 1 (the scheduler's step is still `base`)
+                r.num_computed_tokens += j
+                if defer:
+                    r.last_sched_seq = seq0 + j
                 step_outputs.append(finish_at_cap(s, r, j, token_at, stopped))
             free = pool.get_num_free_blocks()
             if j < m:
@@ -300,23 +303,13 @@ def advance(
     if defer:
         s.sched_step_seq = s.processed_step_seq = seq0 + m
 
-    # Everyone else: m tokens. `Request.append_unsampled`, inlined, and the
-    # step's scheduling (`run_steps`) unless a shadow store must see it: this
-    # loop is the per-request cost of a forward.
+    # Everyone else: m tokens, their counters written lazily (`SteadyCohort.settle`).
     if stopped:
         s.running = [r for r in s.running if r not in stopped]
-    unsampled = [UNSAMPLED] * m
-    seq = seq0 + m
-    for r in s.running:
-        if shadow is not None:
-            run_steps(r, m)
-        else:
-            r.num_computed_tokens += m
-            if defer:
-                r.last_sched_seq = seq
-        r._output_token_ids.extend(unsampled)
-        r.num_tokens += m
-        r._token_source = token_at
+    if shadow is not None:
+        for r in s.running:
+            shadow_steps(r, m)
+    cohort.owed = True
 
     # One record per step, as EngineCore._record and StepLoop._submit fill it.
     first_index = s.current_step + 1

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .outputs import EngineCoreOutput, SchedulerOutput, SteadyTokens
-from .request import UNSAMPLED, Request, RequestStatus
+from .request import Request, RequestStatus
 from .scheduler import Scheduler
 from .steady_decode import SteadyBatch, finish_at_cap
 
@@ -32,7 +32,7 @@ class SteadyPart:
 
     batch: SteadyBatch
     new_blocks: list[tuple[Request, int]]  # (request, the block it took in this step), in running order
-    starts: list[int]  # per request: its computed tokens before the step
+    starts: list[int] | None  # per request: its computed tokens before the step (for a shadow store; else None)
     token_at: Callable[[str, int], int]
     finishing: list[Request]  # the requests the step finishes (by their length cap), in running order
     epoch: int  # the scheduler's steady epoch when the step was scheduled
@@ -86,20 +86,18 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
     so = s._make_scheduler_output(
         scheduled_new_reqs, [], scheduled_resumed_reqs, req_to_new_blocks, num_scheduled_tokens, total
     )
-    starts: list[int] = []
+    # `_update_after_schedule` for the steady requests: their counters are
+    # written lazily (`SteadyCohort.settle`); a shadow store reads where each starts.
+    base = batch.base
+    starts = [r.steady_offset + base for r in reqs] if core.shadow is not None else None
     so.steady = SteadyPart(batch, new_blocks, starts, core.sampler.token_at, batch.finishing(1), s.steady_epoch)
     if s.connector is not None:
         so.kv_connector_metadata = s.connector.build_connector_meta(so)
     if s.defer_block_free:
         s.sched_step_seq += 1
-    so.sched_step_seq = seq = s.sched_step_seq
-    defer = s.defer_block_free
-    for r in reqs:  # `_update_after_schedule` for the steady requests
-        starts.append(r.num_computed_tokens)
-        r.num_computed_tokens += 1
-        r.num_in_flight_tokens += 1
-        if defer:
-            r.last_sched_seq = seq
+    so.sched_step_seq = s.sched_step_seq
+    cohort = batch.cohort
+    cohort.owed = cohort.in_flight = True
     s._update_after_schedule(so)
     return so
 
@@ -111,16 +109,12 @@ def update_steady(s: Scheduler, part: SteadyPart, stopped_running: set[Request])
     (`stopped_running` collects it, for the caller to drop from `running`).
     Returns the `SteadyTokens` of the others,
     then the finishing ones' outputs."""
-    batch = part.batch
-    token_at = part.token_at
     if part.finishing or part.epoch != s.steady_epoch:
         return _update_with_finishes(s, part, stopped_running)
-    for r in batch.requests:
-        r.num_in_flight_tokens -= 1
-        r._output_token_ids.append(UNSAMPLED)  # `Request.append_unsampled(1, ...)`, inlined
-        r.num_tokens += 1
-        r._token_source = token_at
-    return [SteadyTokens(batch.ids)]
+    cohort = part.batch.cohort
+    cohort.in_flight = False
+    cohort.owed = True  # their token each, written lazily (`SteadyCohort.settle`)
+    return [SteadyTokens(part.batch.ids)]
 
 
 def _update_with_finishes(s: Scheduler, part: SteadyPart, stopped_running: set[Request]) -> list:
@@ -130,23 +124,26 @@ def _update_with_finishes(s: Scheduler, part: SteadyPart, stopped_running: set[R
     that one gets nothing, and a step with no output for anyone emits
     nothing."""
     token_at = part.token_at
+    cohort = part.batch.cohort
     ending = set(part.finishing)
     ids: list[str] = []
     finished: list[EngineCoreOutput] = []
     requests = s.requests
     for r in part.batch.requests:
         if r.status > RequestStatus.PREEMPTED:
+            # Finished from outside (it left the running list: the cohort is
+            # built again); `finish_requests` settled its counters first.
             if requests.get(r.request_id) is r:
                 r.num_in_flight_tokens -= 1
-            continue  # finished from outside (it left the running list: the cohort is built again)
-        r.num_in_flight_tokens -= 1
+            continue
         if r in ending:
+            cohort.settle_one(s, r)  # as scheduled: its token in flight
+            r.num_in_flight_tokens -= 1
             finished.append(finish_at_cap(s, r, 1, token_at, stopped_running))
             continue
         ids.append(r.request_id)
-        r._output_token_ids.append(UNSAMPLED)
-        r.num_tokens += 1
-        r._token_source = token_at
+    cohort.in_flight = False
+    cohort.owed = True  # the others' tokens, written lazily (`SteadyCohort.settle`)
     if not ids and not finished:
         return []
     return [SteadyTokens(ids), *finished]
