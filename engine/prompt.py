@@ -36,7 +36,10 @@ def _mix(x: int) -> int:
 
 
 class PromptTokens(Sequence[int]):
-    __slots__ = ("segments", "_starts", "_len")
+    # `segments` of a `unique` prompt is left unset until read (`__getattr__`):
+    # its key is a hash of the request id, which most runs never need
+    # (prefix caching off, no shadow store content checks).
+    __slots__ = ("segments", "_starts", "_len", "_unique_name")
 
     def __init__(self, segments: Iterable[tuple[int, int]]) -> None:
         """`segments`: (key, length) pairs, in order; lengths >= 1."""
@@ -53,7 +56,25 @@ class PromptTokens(Sequence[int]):
     @classmethod
     def unique(cls, name: str, length: int) -> PromptTokens:
         """A prompt that shares nothing with any other (its own key)."""
-        return cls([(segment_key(name), length)])
+        if length < 1:
+            raise ValueError(f"prompt segment {name!r}: length={length} is invalid; allowed: >= 1")
+        prompt = object.__new__(cls)
+        prompt._unique_name = name
+        prompt._starts = [0]
+        prompt._len = int(length)
+        return prompt
+
+    def __getattr__(self, attr: str):
+        # Only for slots never set: a `unique` prompt's segments, on first read.
+        if attr == "segments":
+            try:
+                name = self._unique_name
+            except AttributeError:
+                pass
+            else:
+                self.segments = [(segment_key(name), self._len)]
+                return self.segments
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
 
     @classmethod
     def of(cls, request_id: str, length: int, segments: Iterable[tuple[int, int]] | None) -> PromptTokens:

@@ -157,17 +157,21 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
             return
         if self.prefill_router is not None:
             self._send(
-                self.prefill_router.pick(self._hashes(w)),
+                self._pick(self.prefill_router, w),
                 self._message(w, max_tokens=1, params={"do_remote_decode": True}),
             )
         else:
             if self.decode_router is None:
                 self._finish(w.request_id, "error", "no live decode node")
                 return
-            self._send(self.decode_router.pick(self._hashes(w)), self._message(w, max_tokens=w.output_len, params=None))
+            self._send(self._pick(self.decode_router, w), self._message(w, max_tokens=w.output_len, params=None))
 
-    def _hashes(self, w: WorkloadRequest) -> list[int]:
-        return self.spec.prompt_hashes(w.request_id, w.prompt_len, w.prompt_segments)
+    def _pick(self, router: Router[NodeRole], w: WorkloadRequest) -> NodeRole:
+        """The router's node for `w`; its prompt's block hashes are worked
+        out only for the policy that reads them."""
+        if router.policy != "prefix_aware":
+            return router.pick()
+        return router.pick(self.spec.prompt_hashes(w.request_id, w.prompt_len, w.prompt_segments))
 
     def _message(self, w: WorkloadRequest, max_tokens: int, params: dict | None) -> RequestMessage:
         return RequestMessage(

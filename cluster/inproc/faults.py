@@ -107,7 +107,7 @@ class FaultsMixin:
             self._finish(request_id, "error", "its decode node died after the last token")
             return
         self.rerouted[request_id] = self.rerouted.get(request_id, 0) + 1
-        dnode = self.decode_router.pick(self._hashes(self._workload[request_id]))
+        dnode = self._pick(self.decode_router, self._workload[request_id])
         self._log("reroute", request_id, dnode.name, delivered)
         message = RequestMessage(
             request_id,

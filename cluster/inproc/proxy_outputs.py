@@ -126,7 +126,7 @@ class ProxyOutputsMixin:
                     self._release_at_prefill(ev.request_id)
                     self._finish(ev.request_id, "error", "no live decode node")
                     return
-                dnode = self.decode_router.pick(self._hashes(w))
+                dnode = self._pick(self.decode_router, w)
                 self._log("to_decode", ev.request_id, dnode.name)
                 self._send(dnode, self._message(w, w.output_len, dict(ev.kv_transfer_params)))
                 return

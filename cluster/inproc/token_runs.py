@@ -67,7 +67,8 @@ class SteadyTokenRuns:
         if ids != runs.synced:
             named = set(ids)
             if open_.keys() != named:
-                for rid in [r for r in open_ if r not in named]:
+                # (Set differences: which run closes or opens first writes nothing another reads.)
+                for rid in open_.keys() - named:
                     self._close(runs, rid, base)  # not in this batch: its run ended at the last receipt
                 for rid in named.difference(open_):
                     self._join(node, runs, rid, base, len(times), finishing)
