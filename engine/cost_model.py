@@ -72,6 +72,19 @@ class CostModel:
         )
         return ms / 1000.0
 
+    def decode_step_time(self, batch_size: int, context_tokens: int) -> float:
+        """`step_time` of a decode-only step (`batch_size` requests, one
+        token each, attending to `context_tokens`): the same arithmetic, term
+        for term, without building its shape (the steady-decode
+        fast-forward's per-step cost)."""
+        ms = (
+            self.base_ms
+            + self.prefill_ms_per_token * 0
+            + self.decode_ms_per_token * batch_size
+            + self.context_ms_per_ktoken * context_tokens / 1000.0
+        )
+        return ms / 1000.0
+
     @classmethod
     def from_dict(cls, data: dict) -> CostModel:
         allowed = {"name", "base_ms", "prefill_ms_per_token", "decode_ms_per_token", "context_ms_per_ktoken"}

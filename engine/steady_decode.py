@@ -209,11 +209,13 @@ def advance(
     m: int,
     times: list[float],
     durations: list[float],
-    shapes: list[StepShape],
+    sizes: list[int],
+    contexts: list[int],
 ) -> dict[int, list[EngineCoreOutput]]:
     """Apply steps 1..m; `times[j]` is when step j+1 is scheduled (times[0]
-    now, times[j] the end of step j) and `durations[j-1]` step j's modelled
-    time. The steps' records go to the engine (and its observer), as each
+    now, times[j] the end of step j), `durations[j-1]` step j's modelled
+    time, `sizes[j-1]` and `contexts[j-1]` its batch and attended context
+    (`SteadyBatch.shapes`). The steps' records go to the engine (and its observer), as each
     step's would. Returns the outputs of the requests each step finished (by
     their length cap), as `update_from_output` makes them; every other output
     of these steps is one token per request and step."""
@@ -321,12 +323,12 @@ def advance(
         npre, nzero = s.get_preemption_totals()
         name = engine.name
         records: list[StepRecord] = []
-        for j, shape in zip(range(1, m + 1), shapes):
-            b, ctx = shape.batch_size, shape.context_tokens
+        for j in range(m):
+            b, ctx = sizes[j], contexts[j]
             records.append(
                 StepRecord(
-                    name, times[j - 1], first_index + j - 1, b, b, 0, b, b, 0, 0, free_after[j - 1], deferred, total,
-                    1, npre, nzero, durations[j - 1], ctx, ctx, 0,
+                    name, times[j], first_index + j, b, b, 0, b, b, 0, 0, free_after[j], deferred, total,
+                    1, npre, nzero, durations[j], ctx, ctx, 0,
                 )
             )  # fmt: skip
         engine.step_records.extend(records)

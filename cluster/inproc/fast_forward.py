@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from engine.cost_model import StepShape
 from engine.steady_decode import SteadyBatch, advance, block_plan, is_quiet, steady_batch
 from engine.steady_step import schedule_with_steady
 from node.messages import OutputEvent
@@ -129,32 +130,11 @@ class SteadyDecodeForwarder:
         loop = cluster.loop
         horizon, arrival = self._limits()
         now = loop.now()
-        settings = node.settings
-        step_time = settings.cost_model.step_time
-        run_seconds = settings.run_seconds
         # Finishes end a forward only when one could start a waiting request
         # (the closed loop's backlog): the proxy's receipt of a finish is then
         # an event that changes the schedule.
         limit = batch.last_finish if not cluster._backlog else batch.first_finish
-        # When each step would end: the pipeline arithmetic of one stage.
-        stage_free = executor.pipeline.stage_free_at[0]
-        times = [now]
-        durations: list[float] = []
-        runs: list[float] = []
-        t = now
-        shapes = []
-        for _, shape in zip(range(limit), batch.shapes()):
-            shapes.append(shape)
-            modelled = step_time(shape)
-            run = run_seconds(modelled)
-            start = t if t > stage_free else stage_free
-            end = start + run
-            if not end < horizon or math.isinf(end) or not start < arrival or end == arrival:
-                break
-            durations.append(modelled)
-            runs.append(run)
-            times.append(end)
-            t = stage_free = end
+        sizes, contexts, durations, runs, times = self._plan(batch, limit, now, horizon, arrival)
         m = len(durations)
         if m == 0:
             return self._admission_step(batch)  # the next event is due within a step
@@ -163,15 +143,16 @@ class SteadyDecodeForwarder:
             m = fits
             if m == 0:
                 return False
-            del durations[m:], runs[m:], times[m + 1 :], per_step[m + 1 :], finishing[m + 1 :]
-        # Commit: the executor's own arithmetic, step by step.
-        pipeline = executor.pipeline
-        for j in range(m):
-            executor.busy_time += runs[j]
-            done = pipeline.finish_time(times[j], runs[j])
-            assert done == times[j + 1], (done, times[j + 1])
+            del sizes[m:], contexts[m:], durations[m:], runs[m:], times[m + 1 :], per_step[m + 1 :], finishing[m + 1 :]
+        # Commit: the executor's own arithmetic (`StagePipeline.finish_time`
+        # of one stage: each step starts when the last one ends).
+        busy = executor.busy_time
+        for run in runs:
+            busy += run
+        executor.busy_time = busy
+        executor.pipeline.stage_free_at[0] = times[m]
         ids = batch.ids
-        finished = advance(core, batch, per_step, finishing, m, times, durations, shapes)
+        finished = advance(core, batch, per_step, finishing, m, times, durations, sizes, contexts)
         if node.loop.keep_timings:
             first_index = core.scheduler.current_step - m + 1
             timings = node.loop.timings
@@ -189,13 +170,59 @@ class SteadyDecodeForwarder:
             ]
             for j, outs in finished.items()
         }  # fmt: skip
-        sizes = [shape.batch_size for shape in shapes[:m]]
         # The node goes on when the last step ends, before the proxy takes in
         # that step's outputs (the order of a step's end on the plain path).
         loop.at(times[m], self._resume)
         cluster._steady_outputs(node, ids, times[1:], sizes, events)
         self.forwarding = True
         return True
+
+    def _plan(
+        self, batch: SteadyBatch, limit: int, now: float, horizon: float, arrival: float
+    ) -> tuple[list[int], list[int], list[float], list[float], list[float]]:
+        """The forward's steps, up to `limit`, that end before `horizon` and
+        start before `arrival` (never ending exactly at it): their batch
+        sizes, attended context tokens, modelled durations and run times, and
+        `times` (now, then when each ends: the pipeline arithmetic of one
+        stage). A step's batch and context are those of `SteadyBatch.shapes`."""
+        settings = self.node.settings
+        cost_model = settings.cost_model
+        decode_step_time = getattr(cost_model, "decode_step_time", None)
+        time_scale = settings.time_scale  # `NodeSettings.run_seconds`: modelled x time_scale
+        stage_free = self.executor.pipeline.stage_free_at[0]
+        by_finish, base = batch.cohort.by_finish, batch.base
+        n, sc = len(batch.requests), batch.context
+        sizes: list[int] = []
+        contexts: list[int] = []
+        durations: list[float] = []
+        runs: list[float] = []
+        times = [now]
+        t = now
+        j = 0
+        while j < limit and n > 0:
+            j += 1
+            ctx = sc + n * j
+            if decode_step_time is not None:
+                modelled = decode_step_time(n, ctx)
+            else:
+                modelled = cost_model.step_time(StepShape(0, n, ctx, n, ctx, 0))
+            run = modelled * time_scale
+            start = t if t > stage_free else stage_free
+            end = start + run
+            if not end < horizon or math.isinf(end) or not start < arrival or end == arrival:
+                break
+            sizes.append(n)
+            contexts.append(ctx)
+            durations.append(modelled)
+            runs.append(run)
+            times.append(end)
+            t = stage_free = end
+            gone = by_finish.get(base + j)
+            if gone is not None:
+                n -= len(gone)
+                for r in gone:
+                    sc -= r.steady_offset + base  # its computed tokens before step 1
+        return sizes, contexts, durations, runs, times
 
     def _admission_step(self, batch: SteadyBatch) -> bool:
         """Requests wait while the running ones are in steady decode: one

@@ -118,6 +118,9 @@ def random_scenario(rng: random.Random) -> tuple[dict, list[WorkloadRequest], in
             )
         )
     max_concurrency = rng.choice([None, None, None, 4])
+    # Drawn last (the draws above keep their seeds' scenarios): a roofline
+    # preset has no `decode_step_time`, and the forward then builds each shape.
+    cluster["cost_model"] = rng.choice(["synthetic-8b", "synthetic-8b", "unit", "llama-3.1-8b-h100"])
     return cluster, workload, max_concurrency
 
 

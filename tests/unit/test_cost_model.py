@@ -1,3 +1,5 @@
+import random
+
 import pytest
 
 from engine.cost_model import COST_MODELS, CostModel, StepShape, get_cost_model
@@ -28,3 +30,18 @@ def test_bad_cost_models_are_named():
         get_cost_model({"base": 1})
     with pytest.raises(ValueError, match="base_ms=-1"):
         CostModel("x", -1, 0, 0, 0)
+
+
+def test_decode_step_time_is_step_time_of_the_decode_shape_bit_for_bit():
+    """The steady-decode fast-forward times its steps with `decode_step_time`
+    (no shape built); the plain path with `step_time`: the same floats."""
+    rng = random.Random(0)
+    for name in ("synthetic-8b", "synthetic-70b", "unit"):
+        cm = COST_MODELS[name]
+        for _ in range(2000):
+            n, ctx = rng.randint(1, 1024), rng.randint(1, 4_000_000)
+            assert cm.decode_step_time(n, ctx) == cm.step_time(StepShape(0, n, ctx, n, ctx, 0))
+    custom = CostModel.from_dict(
+        {"base_ms": 0.1, "prefill_ms_per_token": 0.3, "decode_ms_per_token": 1 / 3, "context_ms_per_ktoken": 0.7}
+    )
+    assert custom.decode_step_time(7, 12345) == custom.step_time(StepShape(0, 7, 12345, 7, 12345, 0))
