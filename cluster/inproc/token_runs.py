@@ -65,14 +65,21 @@ class SteadyTokenRuns:
         base = len(runs.times)
         open_ = runs.open
         if ids != runs.synced:
-            named = set(ids)
-            if open_.keys() != named:
-                # (Set differences: which run closes or opens first writes nothing another reads.)
+            k = len(open_)
+            if len(ids) >= k and ids[:k] == list(open_):
+                # The usual change: the open runs (in batch order) lead the
+                # batch, requests appended since join at its end.
+                for rid in ids[k:]:
+                    self._join(node, runs, rid, base, len(times), finishing)
+                runs.synced = ids if len(open_) == len(ids) else None
+            else:
+                named = set(ids)
                 for rid in open_.keys() - named:
                     self._close(runs, rid, base)  # not in this batch: its run ended at the last receipt
-                for rid in named.difference(open_):
-                    self._join(node, runs, rid, base, len(times), finishing)
-            runs.synced = ids if open_.keys() == named else None
+                for rid in ids:  # in batch order, which the open runs keep
+                    if rid not in open_:
+                        self._join(node, runs, rid, base, len(times), finishing)
+                runs.synced = ids if open_.keys() == named else None
         runs.times.extend(times)
         if finishing:
             for rid, n in finishing.items():
