@@ -24,16 +24,20 @@ class DeterministicSampler:
         self.eos_token_id = eos_token_id
         self._threshold = int(stop_probability * (1 << 64))
         self._bases: dict[str, int] = {}
+        self._prefix = f"{seed}/".encode()  # hashed with the request id: f"{seed}/{request_id}"
 
     def _base(self, request_id: str) -> int:
         base = self._bases.get(request_id)
         if base is None:
-            digest = hashlib.blake2b(f"{self.seed}/{request_id}".encode(), digest_size=8).digest()
+            digest = hashlib.blake2b(self._prefix + request_id.encode(), digest_size=8).digest()
             base = self._bases[request_id] = int.from_bytes(digest, "little")
         return base
 
     def token_at(self, request_id: str, position: int) -> int:
-        z = (self._base(request_id) + (position + 1) * 0x9E3779B97F4A7C15) & _MASK64
+        base = self._bases.get(request_id)
+        if base is None:
+            base = self._base(request_id)
+        z = (base + (position + 1) * 0x9E3779B97F4A7C15) & _MASK64
         z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
         z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
         z ^= z >> 31

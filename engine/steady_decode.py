@@ -68,7 +68,8 @@ class SteadyBatch:
 
     def finishing(self, j: int) -> list[Request]:
         """The requests step j finishes (by their length cap), in running order."""
-        return list(self.cohort.by_finish.get(self.base + j, ()))
+        gone = self.cohort.by_finish.get(self.base + j)
+        return [] if gone is None else list(gone)
 
     # What the cohort keeps, per request as relative steps (for tests and tools).
     @property
