@@ -14,6 +14,7 @@ import heapq
 import itertools
 from collections import deque
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 
@@ -88,7 +89,7 @@ class EventLoop:
         now, seq = self._now, self._seq
         events = [(t if t >= now else now, seq + i, fn, a) for i, (t, a) in enumerate(zip(times, args), 1)]
         self._seq = seq + len(events)
-        events.sort(key=lambda e: e[0])  # stable: equal times keep their order of scheduling
+        events.sort(key=itemgetter(0))  # stable: equal times keep their order of scheduling
         # In place: `run` holds this deque while it runs (a handler may schedule more).
         merged = list(heapq.merge(self._sorted, events)) if self._sorted else events
         self._sorted.clear()

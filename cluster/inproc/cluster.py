@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import replace
+from operator import attrgetter
 from typing import Any
 
 from connector.link import Link, ReliableLine
@@ -297,7 +298,7 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
             self._token_runs.close_all()
         reports = {name: n.report() for name, n in self.nodes.items() if n.alive}
         steps = [s for r in reports.values() for s in r.steps]
-        steps.sort(key=lambda s: (s.time, s.node))
+        steps.sort(key=attrgetter("time", "node"))  # (time, node), without a Python call per step
         node_counters = {name: n.counters() for name, n in self.nodes.items()}
         for name, n in self.nodes.items():
             if not n.alive:
