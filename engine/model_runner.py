@@ -202,9 +202,9 @@ class SimModelRunner:
         sampled: list[list[int]] = []
         steady = plan.steady
         if shadow is not None and steady is not None:
-            states = self.requests
-            ids = steady.batch.ids
-            shadow.decode_step_later(ids, [states[rid].block_ids for rid in ids], steady.starts, now)
+            # One decode each, from its computed tokens before the step (the
+            # cohort's lazily kept count: `Request.steady_offset` + the step's base).
+            shadow.decode_members_later(steady.batch.requests, self.requests, steady.batch.base, 1, now, now)
         for req_id, table, start, n, samples in plan.entries:
             if shadow is not None:
                 if start:

@@ -123,6 +123,7 @@ class SteadyCohort:
             self.spare.add(r)
         r.steady_offset = computed - now
         r.steady_written = now
+        r.steady_shadow = None
         self.members[r] = None
         self.ids[r.request_id] = None
         bucket = self.by_finish.get(finish)

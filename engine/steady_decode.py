@@ -265,23 +265,27 @@ def advance(
         want_from[k] = len(per_step[k]) + (0 if finishing[k] else want_from[k + 1])
     taken: list = []
     free = pool.get_num_free_blocks()
+    # The shadow store hears of new owners once per run of steps up to a
+    # finish: between two finishes nothing else reaches it.
+    assigned: list[tuple[int, str]] = []
     for j in range(1, m + 1):
         if j == 1 or finishing[j - 1]:
             assert not taken
             taken = pool.get_new_blocks(want_from[j])
             taken.reverse()  # pop() from the end = the front of the queue first
-        assigned = []
         for r in per_step[j]:
             rid = r.request_id
             block = taken.pop()
             req_to_blocks[rid].append(block)
             states[rid].block_ids.append(block.block_id)
-            assigned.append((block.block_id, rid))
-        if shadow is not None and assigned:
-            shadow.assign_each(assigned)
+            if shadow is not None:
+                assigned.append((block.block_id, rid))
         free -= len(per_step[j])
         free_after.append(free)
         if finishing[j]:
+            if assigned:
+                shadow.assign_each(assigned)  # type: ignore[union-attr]  # only filled with a store
+                assigned = []
             if defer:
                 s.sched_step_seq = s.processed_step_seq = seq0 + j
             step_outputs = outputs[j] = []
@@ -301,6 +305,8 @@ def advance(
                     runner.forget(rid)
                     runner.retire(rid)
                 s.finished_req_ids = set()
+    if assigned:
+        shadow.assign_each(assigned)  # type: ignore[union-attr]
     # One (skipped or real) allocation call per request and step it took part in.
     kvm.num_allocate_slots_calls += m * len(reqs) - sum((m - j) * len(finishing[j]) for j in range(1, m + 1))
     if defer:
@@ -310,8 +316,7 @@ def advance(
     if stopped:
         s.running = [r for r in s.running if r not in stopped]
     if shadow is not None:
-        for r in s.running:
-            shadow_steps(r, m)
+        shadow.decode_members_later(s.running, states, base, m, times[1], times[m])
     cohort.owed = True
 
     # One record per step, as EngineCore._record and StepLoop._submit fill it.

@@ -32,7 +32,6 @@ class SteadyPart:
 
     batch: SteadyBatch
     new_blocks: list[tuple[Request, int]]  # (request, the block it took in this step), in running order
-    starts: list[int] | None  # per request: its computed tokens before the step (for a shadow store; else None)
     token_at: Callable[[str, int], int]
     finishing: list[Request]  # the requests the step finishes (by their length cap), in running order
     epoch: int  # the scheduler's steady epoch when the step was scheduled
@@ -87,10 +86,8 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
         scheduled_new_reqs, [], scheduled_resumed_reqs, req_to_new_blocks, num_scheduled_tokens, total
     )
     # `_update_after_schedule` for the steady requests: their counters are
-    # written lazily (`SteadyCohort.settle`); a shadow store reads where each starts.
-    base = batch.base
-    starts = [r.steady_offset + base for r in reqs] if core.shadow is not None else None
-    so.steady = SteadyPart(batch, new_blocks, starts, core.sampler.token_at, batch.finishing(1), s.steady_epoch)
+    # written lazily (`SteadyCohort.settle`).
+    so.steady = SteadyPart(batch, new_blocks, core.sampler.token_at, batch.finishing(1), s.steady_epoch)
     if s.connector is not None:
         so.kv_connector_metadata = s.connector.build_connector_meta(so)
     if s.defer_block_free:

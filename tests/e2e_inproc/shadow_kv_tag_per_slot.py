@@ -160,9 +160,9 @@ class ShadowKVStore:
         `engine.shadow_kv` also checks that deferring changes no finding."""
         self.decode(*args)
 
-    def decode_step_later(self, request_ids, block_tables, starts, now) -> None:
-        for request_id, block_table, start in zip(request_ids, block_tables, starts):
-            self.decode(request_id, block_table, start, 1, now, now)
+    def decode_members_later(self, requests, tables, base, n, t_read, t_write) -> None:
+        for r in requests:
+            self.decode(r.request_id, tables[r.request_id].block_ids, r.steady_offset + base, n, t_read, t_write)
 
     def retire(self, request_id: str) -> None:
         """Only `forget`: this store keeps every bad-block set, so comparing
