@@ -268,6 +268,7 @@ def advance(
     # The shadow store hears of new owners once per run of steps up to a
     # finish: between two finishes nothing else reaches it.
     assigned: list[tuple[int, str]] = []
+    absent = 0  # (request, step) pairs of requests finished before the step
     for j in range(1, m + 1):
         if j == 1 or finishing[j - 1]:
             assert not taken
@@ -283,6 +284,7 @@ def advance(
         free -= len(per_step[j])
         free_after.append(free)
         if finishing[j]:
+            absent += (m - j) * len(finishing[j])  # the steps after this one
             if assigned:
                 shadow.assign_each(assigned)  # type: ignore[union-attr]  # only filled with a store
                 assigned = []
@@ -308,7 +310,7 @@ def advance(
     if assigned:
         shadow.assign_each(assigned)  # type: ignore[union-attr]
     # One (skipped or real) allocation call per request and step it took part in.
-    kvm.num_allocate_slots_calls += m * len(reqs) - sum((m - j) * len(finishing[j]) for j in range(1, m + 1))
+    kvm.num_allocate_slots_calls += m * len(reqs) - absent
     if defer:
         s.sched_step_seq = s.processed_step_seq = seq0 + m
 

@@ -1,11 +1,12 @@
 """The link model: delay, jitter, bandwidth, FIFO order, loss, outages, determinism."""
 
 import math
+import random
 import statistics
 
 import pytest
 
-from connector.link import Direction, Link, LinkSpec
+from connector.link import Direction, Link, LinkSpec, skip_draws
 
 
 def spaced_arrivals(link: Link, n: int, gap_s: float = 1.0, nbytes: int = 0) -> list[float | None]:
@@ -261,3 +262,12 @@ def test_transit_on_an_ideal_line_takes_the_arithmetic_and_leaves_what_the_gener
     assert fast._rng.random() == general._rng.random()
     with pytest.raises(ValueError, match="nbytes"):
         fast.transit(3.0, -1)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 1000])
+def test_skip_draws_leaves_the_stream_where_that_many_random_calls_do(n):
+    one_by_one, skipped = random.Random("link"), random.Random("link")
+    for _ in range(n):
+        one_by_one.random()
+    skip_draws(skipped, n)
+    assert one_by_one.getstate() == skipped.getstate()
