@@ -71,6 +71,9 @@ class StepLoop:
         # cluster/inproc/fast_forward.py); True = it took care of this pass
         # (submitted a step, or forwarded steps and will `_kick` after them).
         self.fast_forward: Callable[[], bool] | None = None
+        # Set by that runtime while steps it took in bulk are in flight: it
+        # kicks the loop when they end, so a wake meanwhile has nothing to do.
+        self.forwarding = False
 
     # -- inputs ---------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -85,7 +88,7 @@ class StepLoop:
 
     def wake(self) -> None:
         """Run the scheduling pass after the current event (coalesced: many wakes, one pass)."""
-        if self.alive and not self._kick_pending:
+        if self.alive and not self._kick_pending and not self.forwarding:
             self._kick_pending = True
             self.clock.call_soon(self._kick)
 

@@ -54,7 +54,6 @@ class SteadyDecodeForwarder:
         self.executor = executor
         self.steps_forwarded = 0
         self.jumps = 0
-        self.forwarding = False
         self.admission_steps = 0
 
     def _harmless(self, fn: Any, args: tuple) -> bool:
@@ -112,7 +111,7 @@ class SteadyDecodeForwarder:
 
     def __call__(self) -> bool:
         cluster = self.cluster
-        if self.forwarding:
+        if self.node.loop.forwarding:
             return True  # steps are in flight until `_resume` (a step in flight schedules nothing)
         if not cluster.fast_forward_active:
             return False
@@ -174,7 +173,7 @@ class SteadyDecodeForwarder:
         # that step's outputs (the order of a step's end on the plain path).
         loop.at(times[m], self._resume)
         cluster._steady_outputs(node, ids, times[1:], sizes, events)
-        self.forwarding = True
+        node.loop.forwarding = True
         return True
 
     def _plan(
@@ -243,6 +242,6 @@ class SteadyDecodeForwarder:
 
     def _resume(self) -> None:
         """The last forwarded step is back: the node schedules on."""
-        self.forwarding = False
+        self.node.loop.forwarding = False
         if self.node.alive:
             self.node.loop._kick()
