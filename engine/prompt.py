@@ -40,6 +40,7 @@ class PromptTokens(Sequence[int]):
     # its key is a hash of the request id, which most runs never need
     # (prefix caching off, no shadow store content checks).
     __slots__ = ("segments", "_starts", "_len", "_unique_name")
+    _unique_name: str
 
     def __init__(self, segments: Iterable[tuple[int, int]]) -> None:
         """`segments`: (key, length) pairs, in order; lengths >= 1."""

@@ -251,7 +251,9 @@ def _check(s: Scheduler, cohort: SteadyCohort, sampler: DeterministicSampler) ->
     for r in cohort.members:
         written = r.num_computed_tokens - r.steady_offset
         assert written == r.steady_written <= now and r.num_in_flight_tokens in (0, 1), (
-            f"{r.request_id}: a cohort member no longer in steady decode (counters changed outside the steady paths: written for {written}, {r.steady_written} recorded, step {now}, {r.num_in_flight_tokens} in flight)"
+            f"{r.request_id}: a cohort member no longer in steady decode (counters changed outside the steady "
+            f"paths: written for step {written}, {r.steady_written} recorded, step {now}, "
+            f"{r.num_in_flight_tokens} in flight)"
         )
         assert r.num_tokens == r.num_computed_tokens + 1 - r.num_in_flight_tokens, (
             f"{r.request_id}: a cohort member no longer in steady decode ({r.num_tokens} tokens, "
