@@ -139,15 +139,14 @@ class ShadowKVStore(DecodeChains):
             old = owner[b]
             if old == request_id:
                 continue
-            # (A retired request, the usual previous owner, is in no chain: `retire` forgets it.)
+            if old in chain:
+                # The block leaves a chained request: apply what it wrote first
+                # (that cannot mark anyone: a chained request's writes go cleanly).
+                if pending:
+                    self.settle(old)
+                chain.pop(old, None)
+            # The previous owner (and readers) may still read it through a stale table.
             if old is not None and old not in retired:
-                if old in chain:
-                    # The block leaves a chained request: apply what it wrote first
-                    # (that cannot mark anyone: a chained request's writes go cleanly).
-                    if pending:
-                        self.settle(old)
-                    chain.pop(old, None)
-                # The previous owner (and readers) may still read it through a stale table.
                 bad = bad_of.get(old)
                 if bad is None:
                     bad = bad_of[old] = set()
