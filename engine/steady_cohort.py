@@ -157,7 +157,8 @@ class SteadyCohort:
         now, in_flight, token_at = s.current_step, int(self.in_flight), self.token_at
         seq = s.sched_step_seq if s.defer_block_free else None
         for r in self.members:
-            write_counters(r, now, in_flight, seq, token_at)
+            if r.status <= RequestStatus.PREEMPTED:  # (one aborted meanwhile keeps what its abort left)
+                write_counters(r, now, in_flight, seq, token_at)
 
     def settle_one(self, s: Scheduler, r: Request) -> None:
         """`settle` for member `r` alone (it is about to finish)."""
@@ -261,7 +262,8 @@ def _check(s: Scheduler, cohort: SteadyCohort, sampler: DeterministicSampler) ->
         )
         assert len(r._output_token_ids) == r.num_tokens - r.num_prompt_tokens
     keep = (
-        "num_computed_tokens", "num_tokens", "num_in_flight_tokens", "last_sched_seq", "_token_source", "steady_written"
+        "num_computed_tokens", "num_tokens", "num_in_flight_tokens", "last_sched_seq", "_token_source",
+        "steady_written", "steady_shadow",
     )  # fmt: skip
     saved = {r: tuple(getattr(r, k) for k in keep) for r in cohort.members}
     owed = cohort.owed

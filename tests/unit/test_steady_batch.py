@@ -125,3 +125,33 @@ def test_a_request_holding_a_spare_block_takes_its_next_one_a_block_later():
     assert batch.block_due == [28, 12, 12]
     per_step, _, _ = block_plan(core, batch, 30)
     assert per_step[12] == s.running[1:] and per_step[28] == s.running
+
+
+def _counters(r) -> tuple:
+    return (r.num_computed_tokens, r.num_tokens, r.num_in_flight_tokens, len(r._output_token_ids), r.last_sched_seq)
+
+
+def test_an_abort_while_a_steady_step_is_in_flight_leaves_every_request_as_the_plain_path_does():
+    """The steady paths write their members' counters lazily (`SteadyCohort.settle`): an abort
+    applied before the in-flight step's update settles them, the aborted request keeps what
+    its abort left (its token still in flight), the others get the step's token."""
+    cores = []
+    for steady in (False, True):
+        core = _core_in_steady_decode()
+        (late,) = create_requests(1, num_tokens=20, max_tokens=30, ignore_eos=True, req_ids=["late"])
+        core.add_request(late)
+        if steady:
+            batch = steady_batch(core, admitting=True)
+            per_step, _, _ = block_plan(core, batch, 1)
+            plan = core.engine.queue_step(2.0, schedule_with_steady(core, batch, per_step))
+        else:
+            plan = core.schedule_step(2.0)
+        aborted = core.scheduler.running[0]
+        core.abort_requests([aborted.request_id])  # the step is in flight: applied before its update
+        core.process_oldest(core.finish_step(plan, 2.0))
+        plan = core.schedule_step(3.0)  # a plain step reads every counter
+        core.process_oldest(core.finish_step(plan, 3.0))
+        cores.append((aborted, list(core.scheduler.running)))
+    (plain_aborted, plain_running), (fast_aborted, fast_running) = cores
+    assert fast_aborted.is_finished() and _counters(fast_aborted) == _counters(plain_aborted)
+    assert [_counters(r) for r in fast_running] == [_counters(r) for r in plain_running]
