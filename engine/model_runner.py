@@ -202,9 +202,12 @@ class SimModelRunner:
         sampled: list[list[int]] = []
         steady = plan.steady
         if shadow is not None and steady is not None:
-            # One decode each, from its computed tokens before the step (the
-            # cohort's lazily kept count: `Request.steady_offset` + the step's base).
-            shadow.decode_members_later(steady.batch.requests, self.requests, steady.batch.base, 1, now, now)
+            # One decode each, owed: the cohort issues its members' decodes
+            # when it settles them (engine/steady_shadow.py).
+            lag = steady.batch.cohort.shadow_lag
+            assert lag is not None  # made with the store
+            lag.steps_done(steady.batch.base + 1, [now])
+            lag.in_flight = False
         for req_id, table, start, n, samples in plan.entries:
             if shadow is not None:
                 if start:

@@ -125,8 +125,8 @@ class Request:
         self.steady_due = 0
         self.steady_offset = 0
         self.steady_written = 0
-        # Its pending shadow-KV decode while in a cohort (engine/shadow_kv_decode.py).
-        self.steady_shadow: list | None = None
+        # The step its shadow-KV decodes were issued up to (engine/steady_shadow.py).
+        self.steady_shadow_at = 0
 
     # -- token views -------------------------------------------------------
     @property

@@ -26,11 +26,8 @@ the steps one by one leave them (tests/unit/test_shadow_kv.py compares both).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .request import Request
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 
 class DecodeChains:
@@ -87,37 +84,11 @@ class DecodeChains:
         else:
             self.decode(request_id, block_table, start, n, t_read, t_write)
 
-    def decode_members_later(
-        self, requests: Iterable[Request], tables: Mapping[str, Any], base: int, n: int, t_read: float, t_write: float
-    ) -> None:
-        """`decode_later` for each request of a steady-decode cohort
-        (engine/steady_cohort.py): `n` steps from its computed tokens at
-        step `base` (`Request.steady_offset + base`), through its runner
-        table (`tables[id].block_ids`), once per batch and event. A member
-        keeps a reference to its pending decode (`Request.steady_shadow`,
-        reset when it joins a cohort); while that is still pending (applied
-        ones are marked: `settle`) it is this one's own, through the same
-        table (a table changes only on a plain step, after which the member
-        joins anew), so it is extended without a lookup when it ends where
-        this decode starts."""
-        pending = self._pending
-        for r in requests:
-            start = r.steady_offset + base
-            p = r.steady_shadow
-            if p is not None and p[0] is not None and p[1] + p[2] == start:
-                p[2] += n
-                p[4] = t_write
-                continue
-            request_id = r.request_id
-            self.decode_later(request_id, tables[request_id].block_ids, start, n, t_read, t_write)
-            r.steady_shadow = pending.get(request_id)
-
     def settle(self, request_id: str) -> None:
         """Apply the request's pending decode, if any."""
         pending = self._pending.pop(request_id, None)
         if pending is not None:
             self._apply_pending(request_id, *pending)
-            pending[0] = None  # applied (`decode_members_later` reads this)
 
     def settle_all(self) -> None:
         """Apply every pending decode. Chained requests write only their own
@@ -126,7 +97,6 @@ class DecodeChains:
         while pending:
             request_id, args = pending.popitem()
             self._apply_pending(request_id, *args)
-            args[0] = None  # applied (`decode_members_later` reads this)
 
     def _apply_pending(
         self, request_id: str, block_table: list[int], start: int, n: int, t_read: float, t_write: float

@@ -52,6 +52,7 @@ from .request import UNSAMPLED, Request, RequestStatus
 if TYPE_CHECKING:
     from .sampler import DeterministicSampler
     from .scheduler import Scheduler
+    from .steady_shadow import ShadowLag
 
 CHECK = os.environ.get("DISAGG_SIM_CHECK_STEADY_COHORT", "0").strip().lower() in ("1", "true", "on", "yes")
 
@@ -81,6 +82,8 @@ class SteadyCohort:
         self.owed = False
         self.in_flight = False
         self.token_at: Callable[[str, int], int] = sampler.token_at
+        # The members' shadow-KV decodes, issued lazily too (None: no shadow store).
+        self.shadow_lag: ShadowLag | None = None
 
     # ------------------------------------------------------------ membership
     def join(self, s: Scheduler, r: Request) -> bool:
@@ -123,7 +126,7 @@ class SteadyCohort:
             self.spare.add(r)
         r.steady_offset = computed - now
         r.steady_written = now
-        r.steady_shadow = None
+        r.steady_shadow_at = now
         self.members[r] = None
         self.ids[r.request_id] = None
         bucket = self.by_finish.get(finish)
@@ -148,22 +151,34 @@ class SteadyCohort:
         self.spare.discard(r)
 
     # ------------------------------------------------------- lazy counters
-    def settle(self, s: Scheduler) -> None:
+    def settle(self, s: Scheduler, shadow: bool = True) -> None:
         """Write every member's counters as the steps so far left them
-        (the module docstring): before anything but a steady path reads them."""
+        (the module docstring), and issue their owed shadow-KV decodes
+        (engine/steady_shadow.py; not with `shadow=False`): before anything
+        but a steady path reads them."""
         if not self.owed:
             return
         self.owed = False
         now, in_flight, token_at = s.current_step, int(self.in_flight), self.token_at
         seq = s.sched_step_seq if s.defer_block_free else None
+        lag = self.shadow_lag if shadow else None
+        upto = now - lag.in_flight if lag is not None else 0
         for r in self.members:
             if r.status <= RequestStatus.PREEMPTED:  # (one aborted meanwhile keeps what its abort left)
                 write_counters(r, now, in_flight, seq, token_at)
+                if lag is not None:
+                    lag.catch_up(r, upto)
+        if lag is not None:
+            lag.prune(self.members)
 
-    def settle_one(self, s: Scheduler, r: Request) -> None:
-        """`settle` for member `r` alone (it is about to finish)."""
+    def settle_one(self, s: Scheduler, r: Request, shadow_upto: int | None = None) -> None:
+        """`settle` for member `r` alone (it is about to finish); its shadow
+        decodes up to step `shadow_upto` (default: the steps run so far)."""
         seq = s.sched_step_seq if s.defer_block_free else None
         write_counters(r, s.current_step, int(self.in_flight), seq, self.token_at)
+        lag = self.shadow_lag
+        if lag is not None:
+            lag.catch_up(r, s.current_step - lag.in_flight if shadow_upto is None else shadow_upto)
 
     # --------------------------------------------------------------- reading
     def takers(self, step: int, ended: set[Request]) -> list[Request]:
@@ -263,11 +278,11 @@ def _check(s: Scheduler, cohort: SteadyCohort, sampler: DeterministicSampler) ->
         assert len(r._output_token_ids) == r.num_tokens - r.num_prompt_tokens
     keep = (
         "num_computed_tokens", "num_tokens", "num_in_flight_tokens", "last_sched_seq", "_token_source",
-        "steady_written", "steady_shadow",
+        "steady_written", "steady_shadow_at",
     )  # fmt: skip
     saved = {r: tuple(getattr(r, k) for k in keep) for r in cohort.members}
     owed = cohort.owed
-    cohort.settle(s)
+    cohort.settle(s, shadow=False)  # (issuing shadow decodes cannot be put back)
     fresh = SteadyCohort(s, sampler)
     lazy = {id(r): (r.steady_finish, r.steady_due, r.steady_offset) for r in cohort.members}
     for r in s.running:

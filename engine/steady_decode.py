@@ -39,6 +39,7 @@ from .records import StepRecord
 from .request import UNSAMPLED, Request
 from .scheduler import Scheduler
 from .steady_cohort import SteadyCohort, sync
+from .steady_shadow import ShadowLag
 from .stop_checker import check_stop
 
 if TYPE_CHECKING:
@@ -140,6 +141,8 @@ def steady_batch(core: NodeCore, admitting: bool = False) -> SteadyBatch | None:
         return None
     cohort, members = synced
     if core.shadow is not None:
+        if cohort.shadow_lag is None:
+            cohort.shadow_lag = ShadowLag(core.shadow, core.runner.requests)
         bad = core.shadow._bad
         if bad and not bad.keys().isdisjoint(cohort.ids):
             return None  # the shadow store saw trouble for a request: step by step
@@ -243,13 +246,9 @@ def advance(
     seq0 = s.sched_step_seq
     cohort = batch.cohort
     base = batch.base
-
-    def shadow_steps(r: Request, n: int) -> None:
-        """The request's shadow KV reads and writes over its `n` steps in
-        this forward; no request here has a bad block, so none of them can
-        report (the times do not matter)."""
-        c = r.steady_offset + base  # its computed tokens before step 1
-        shadow.decode_later(r.request_id, states[r.request_id].block_ids, c, n, times[1], times[n])  # type: ignore[union-attr]
+    lag = cohort.shadow_lag  # the members' shadow decodes: owed, issued when settled (engine/steady_shadow.py)
+    if lag is not None:
+        lag.steps_done(base + 1, times[1 : m + 1])
 
     # Step by step: blocks in the order step-by-step allocation takes them,
     # then the frees of the requests the step finished.
@@ -292,9 +291,9 @@ def advance(
                 s.sched_step_seq = s.processed_step_seq = seq0 + j
             step_outputs = outputs[j] = []
             for r in finishing[j]:
-                if shadow is not None:
-                    shadow_steps(r, j)
-                cohort.settle_one(s, r)  # its counters before step 1 (the scheduler's step is still `base`)
+                # Its counters before step 1 (the scheduler's step is still
+                # `base`) and its shadow decodes up to this step.
+                cohort.settle_one(s, r, base + j)
                 r.num_computed_tokens += j
                 if defer:
                     r.last_sched_seq = seq0 + j
@@ -317,8 +316,6 @@ def advance(
     # Everyone else: m tokens, their counters written lazily (`SteadyCohort.settle`).
     if stopped:
         s.running = [r for r in s.running if r not in stopped]
-    if shadow is not None:
-        shadow.decode_members_later(s.running, states, base, m, times[1], times[m])
     cohort.owed = True
 
     # One record per step, as EngineCore._record and StepLoop._submit fill it.

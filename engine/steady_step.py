@@ -95,6 +95,8 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
     so.sched_step_seq = s.sched_step_seq
     cohort = batch.cohort
     cohort.owed = cohort.in_flight = True
+    if cohort.shadow_lag is not None:
+        cohort.shadow_lag.in_flight = True  # its decode runs when it ends (the runner's `finish_step`)
     s._update_after_schedule(so)
     return so
 

@@ -160,10 +160,6 @@ class ShadowKVStore:
         `engine.shadow_kv` also checks that deferring changes no finding."""
         self.decode(*args)
 
-    def decode_members_later(self, requests, tables, base, n, t_read, t_write) -> None:
-        for r in requests:
-            self.decode(r.request_id, tables[r.request_id].block_ids, r.steady_offset + base, n, t_read, t_write)
-
     def retire(self, request_id: str) -> None:
         """Only `forget`: this store keeps every bad-block set, so comparing
         it with `engine.shadow_kv` also checks that retiring changes no finding."""
