@@ -64,23 +64,19 @@ class CostModel:
         """Seconds for one step of this shape; an empty step costs nothing."""
         if shape.total_tokens == 0:
             return 0.0
-        ms = (
-            self.base_ms
-            + self.prefill_ms_per_token * shape.prefill_tokens
-            + self.decode_ms_per_token * shape.decode_tokens
-            + self.context_ms_per_ktoken * shape.context_tokens / 1000.0
-        )
-        return ms / 1000.0
+        return self._seconds(shape.prefill_tokens, shape.decode_tokens, shape.context_tokens)
 
     def decode_step_time(self, batch_size: int, context_tokens: int) -> float:
         """`step_time` of a decode-only step (`batch_size` requests, one
-        token each, attending to `context_tokens`): the same arithmetic, term
-        for term, without building its shape (the steady-decode
-        fast-forward's per-step cost)."""
+        token each, attending to `context_tokens`), without building its
+        shape (the steady-decode fast-forward's per-step cost)."""
+        return self._seconds(0, batch_size, context_tokens)
+
+    def _seconds(self, prefill_tokens: int, decode_tokens: int, context_tokens: int) -> float:
         ms = (
             self.base_ms
-            + self.prefill_ms_per_token * 0
-            + self.decode_ms_per_token * batch_size
+            + self.prefill_ms_per_token * prefill_tokens
+            + self.decode_ms_per_token * decode_tokens
             + self.context_ms_per_ktoken * context_tokens / 1000.0
         )
         return ms / 1000.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 # An output id not drawn yet (see `Request.append_unsampled`); never a real id.
@@ -138,7 +139,7 @@ class Request:
     def append_unsampled(self, n: int, token_at: Callable[[str, int], int]) -> None:
         """`n` outputs whose ids nobody has needed yet (no stop check can read
         them: the request can only stop at its length cap)."""
-        self._output_token_ids.extend([UNSAMPLED] * n)
+        self._output_token_ids.extend(repeat(UNSAMPLED, n))
         self.num_tokens += n
         self._token_source = token_at
 

@@ -44,10 +44,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from itertools import repeat
 from typing import TYPE_CHECKING
 
-from .request import UNSAMPLED, Request, RequestStatus
+from .request import Request, RequestStatus
 
 if TYPE_CHECKING:
     from .sampler import DeterministicSampler
@@ -219,9 +218,7 @@ def write_counters(r: Request, now: int, in_flight: int, seq: int | None, token_
     r.num_in_flight_tokens = in_flight
     owed = computed + 1 - in_flight - r.num_tokens
     if owed > 0:
-        r._output_token_ids.extend(repeat(UNSAMPLED, owed))  # `Request.append_unsampled`
-        r.num_tokens += owed
-        r._token_source = token_at
+        r.append_unsampled(owed, token_at)
 
 
 def sync(s: Scheduler, sampler: DeterministicSampler) -> tuple[SteadyCohort, list[Request]] | None:

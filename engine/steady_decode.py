@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from .cost_model import StepShape
 from .outputs import EngineCoreOutput
 from .records import StepRecord
-from .request import UNSAMPLED, Request
+from .request import Request
 from .scheduler import Scheduler
 from .steady_cohort import SteadyCohort, sync
 from .steady_shadow import ShadowLag
@@ -82,15 +82,21 @@ class SteadyBatch:
         return [self.cohort.due_after(r.steady_due, self.base) - self.base for r in self.requests]
 
     def shapes(self):
-        """The shapes of steps 1, 2, ...: one decode token per request still
-        running, each attending to its computed tokens plus the new one; a
-        request leaves after the step that finishes it."""
+        """The shapes of steps 1, 2, ... (`step_sizes` as `StepShape`s)."""
+        for n, ctx in self.step_sizes():
+            yield StepShape(0, n, ctx, n, ctx, 0)
+
+    def step_sizes(self):
+        """(batch size, attended context tokens) of steps 1, 2, ...: one
+        decode token per request still running, each attending to its
+        computed tokens plus the new one; a request leaves after the step
+        that finishes it."""
         by_finish, base = self.cohort.by_finish, self.base
         n, sc, j = len(self.requests), self.context, 0
         while n > 0:
             j += 1
             ctx = sc + n * j
-            yield StepShape(0, n, ctx, n, ctx, 0)
+            yield n, ctx
             gone = by_finish.get(base + j)
             if gone is not None:
                 n -= len(gone)
@@ -188,13 +194,9 @@ def finish_at_cap(
     when read), the last is sampled, the request stops, is freed and leaves
     the steady cohort, and its output carries that token. (`stopped`
     collects it, for the caller to drop from `running`.)"""
-    out = r._output_token_ids
-    if k > 1:
-        out.extend([UNSAMPLED] * (k - 1))
-    token = token_at(r.request_id, r.num_tokens + k - 1)
-    out.append(token)
-    r.num_tokens += k
-    r._token_source = token_at
+    r.append_unsampled(k - 1, token_at)
+    token = token_at(r.request_id, r.num_tokens)
+    r.append_output_token_ids(token)
     assert check_stop(r, s.max_model_len), f"{r.request_id} was expected to finish after {k} more tokens"
     kv_transfer_params = s._free_request(r)
     stopped.add(r)

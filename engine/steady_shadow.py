@@ -57,4 +57,7 @@ class ShadowLag:
         """Drop the end times of steps every member has been issued."""
         if len(self.step_ends) > _PRUNE_AT:
             oldest = min((r.steady_shadow_at for r in members), default=None)
-            self.step_ends = {k: v for k, v in self.step_ends.items() if oldest is not None and k > oldest}
+            if oldest is None:
+                self.step_ends = {}
+            else:
+                self.step_ends = {k: v for k, v in self.step_ends.items() if k > oldest}

@@ -183,24 +183,19 @@ class SteadyDecodeForwarder:
         start before `arrival` (never ending exactly at it): their batch
         sizes, attended context tokens, modelled durations and run times, and
         `times` (now, then when each ends: the pipeline arithmetic of one
-        stage). A step's batch and context are those of `SteadyBatch.shapes`."""
+        stage)."""
         settings = self.node.settings
         cost_model = settings.cost_model
         decode_step_time = getattr(cost_model, "decode_step_time", None)
         time_scale = settings.time_scale  # `NodeSettings.run_seconds`: modelled x time_scale
         stage_free = self.executor.pipeline.stage_free_at[0]
-        by_finish, base = batch.cohort.by_finish, batch.base
-        n, sc = len(batch.requests), batch.context
         sizes: list[int] = []
         contexts: list[int] = []
         durations: list[float] = []
         runs: list[float] = []
         times = [now]
         t = now
-        j = 0
-        while j < limit and n > 0:
-            j += 1
-            ctx = sc + n * j
+        for _, (n, ctx) in zip(range(limit), batch.step_sizes()):
             if decode_step_time is not None:
                 modelled = decode_step_time(n, ctx)
             else:
@@ -216,11 +211,6 @@ class SteadyDecodeForwarder:
             runs.append(run)
             times.append(end)
             t = stage_free = end
-            gone = by_finish.get(base + j)
-            if gone is not None:
-                n -= len(gone)
-                for r in gone:
-                    sc -= r.steady_offset + base  # its computed tokens before step 1
         return sizes, contexts, durations, runs, times
 
     def _admission_step(self, batch: SteadyBatch) -> bool:
