@@ -71,7 +71,12 @@ class NodeCore:
     """The public surface the node roles and runtimes use; nothing above
     `engine/` reaches into the scheduler, the block pool or the runner."""
 
-    def __init__(self, spec: NodeSpec, on_step: Callable[[StepRecord], None] | None = None) -> None:
+    def __init__(
+        self,
+        spec: NodeSpec,
+        on_step: Callable[[StepRecord], None] | None = None,
+        sampler: DeterministicSampler | None = None,
+    ) -> None:
         self.spec = spec
         self.name = spec.name
         self.vllm_config = spec.vllm_config()
@@ -96,7 +101,14 @@ class NodeCore:
             self.connector = PDConnector(ktc, engine_address=spec.address) if ktc else None
             self.scheduler = create_scheduler_for(self.vllm_config, self.connector)
             depth = self.vllm_config.max_concurrent_batches
-        self.sampler = DeterministicSampler(spec.sampler_seed, spec.stop_probability)
+        if sampler is None:
+            sampler = DeterministicSampler(spec.sampler_seed, spec.stop_probability)
+        elif (sampler.seed, sampler.stop_probability) != (spec.sampler_seed, spec.stop_probability):
+            raise ValueError(
+                f"{spec.name}: the shared sampler has seed {sampler.seed} and stop probability "
+                f"{sampler.stop_probability}; the node's spec says {spec.sampler_seed} and {spec.stop_probability}"
+            )
+        self.sampler = sampler
         # Without prefix caching no block has a hash to check hits against:
         # the store then keeps no content (`_expected_hash` would say None).
         hashes = self._expected_hash if spec.cache.enable_prefix_caching and not self.is_v0 else None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engine.model_runner import StepPlan
+from engine.sampler import DeterministicSampler
 
 from .messages import NodeEvent
 
@@ -60,3 +61,7 @@ class NodePorts:
     clock: Clock
     executor: StepExecutor
     emit: Emit
+    # A sampler the runtime shares among its nodes and its client check (in
+    # one process: its request-id hashes are then worked out once); None:
+    # the node makes its own.
+    sampler: DeterministicSampler | None = None

@@ -50,7 +50,7 @@ class NodeRole:
         self.settings = settings
         self.clock = ports.clock
         self._emit = ports.emit
-        self.core = NodeCore(spec, on_step=on_step)
+        self.core = NodeCore(spec, on_step=on_step, sampler=ports.sampler)
         self.loop = StepLoop(
             self.core,
             ports.executor,

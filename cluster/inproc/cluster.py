@@ -76,7 +76,8 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
         # The steady-decode fast-forward runs only inside `run()` (fast_forward.py).
         self.fast_forward_active = False
         self._forwarders: list[SteadyDecodeForwarder] = []
-        # Token ids by position, for the client's records of forwarded steps.
+        # Token ids by position: the nodes' sampler (`NodePorts.sampler`), the
+        # client's records of forwarded steps and the end-of-run check share it.
         self._sampler = DeterministicSampler(spec.sampler.seed + seed, spec.sampler.stop_probability)
         self._token_runs = SteadyTokenRuns(self)
         self._specs: dict[str, tuple[str, Any, Any]] = {}
@@ -234,6 +235,7 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
             clock=self.loop,
             executor=executor,
             emit=lambda events, name=node_spec.name: self._from_node(name, events),
+            sampler=self._sampler,
         )
         if role == "prefill":
             executor.serves_prefill = True
@@ -307,7 +309,7 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
                 # The counters are the last process's; earlier ones died with theirs.
                 node_counters[name]["restarts"] = self.restarts[name]
         records = [self.records[r] for r in sorted(self.records, key=lambda r: (self.records[r].arrival_time, r))]
-        sampler = DeterministicSampler(self.spec.sampler.seed + self.seed, self.spec.sampler.stop_probability)
+        sampler = self._sampler
         errors = check_requests(
             records, sampler.token_at, sampler.eos_token_id, self.spec.decode.engine.max_model_len, self._workload
         )

@@ -5,6 +5,8 @@ reports) and the producer's hold timeout — no Ray, gRPC or sockets."""
 
 from __future__ import annotations
 
+import pytest
+
 from cluster.inproc.clock import EventLoop
 from cluster.inproc.executor import VirtualPipelineExecutor
 from connector.pull_policy import KVFaultPolicy
@@ -186,3 +188,18 @@ def test_a_hold_nobody_reports_on_expires():
     loop.run()
     assert node.counters()["kv_hold_timeouts"] == 1 and loop.now() >= POLICY.hold_timeout_s
     assert not node.busy() and node.report().invariant_errors == []
+
+
+def test_nodes_share_the_sampler_their_runtime_gives_them_and_refuse_one_seeded_otherwise():
+    from engine.sampler import DeterministicSampler
+
+    loop = EventLoop()
+    shared = DeterministicSampler(seed=7)
+    spec = NodeSpec("decode-0", "kv_consumer", cache=CacheConfig(200, 16), sampler_seed=7)
+    ports = NodePorts(loop, VirtualPipelineExecutor(loop, 1), [].extend, sampler=shared)
+    node = DecodeNode(spec, NodeSettings(get_cost_model("unit")), ports, ScriptedKV(loop, [1]))
+    assert node.core.sampler is shared and node.core.runner.sampler is shared
+
+    other = NodeSpec("decode-1", "kv_consumer", cache=CacheConfig(200, 16), sampler_seed=8)
+    with pytest.raises(ValueError, match="shared sampler has seed 7 .* spec says 8"):
+        DecodeNode(other, NodeSettings(get_cost_model("unit")), ports, ScriptedKV(loop, [1]))
