@@ -150,8 +150,7 @@ class SimModelRunner:
 
         prefill = decode = context = decode_context = pairs = 0
         partial = so.partial_prefill_req_ids
-        plan = StepPlan(so, StepShape())
-        entries = plan.entries
+        entries: list[tuple[str, list[int], int, int, bool]] = []
         for req_id, n in so.num_scheduled_tokens.items():
             state = reqs[req_id]
             start = computed_before[req_id]
@@ -166,14 +165,12 @@ class SimModelRunner:
         batch_size = len(entries)
         if steady is not None:
             b = len(steady.batch.requests)
-            plan.steady = steady
             ctx = steady.batch.context + b
             decode += b
             decode_context += ctx
             context += ctx
             batch_size += b
-        plan.shape = StepShape(prefill, decode, context, batch_size, decode_context, pairs)
-        return plan
+        return StepPlan(so, StepShape(prefill, decode, context, batch_size, decode_context, pairs), entries, steady)
 
     def forget(self, req_id: str) -> None:
         """A finished request: its block table goes (and the shadow store's read cache)."""
