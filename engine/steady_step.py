@@ -127,6 +127,17 @@ def _update_with_finishes(s: Scheduler, part: SteadyPart, stopped_running: set[R
     ending = set(part.finishing)
     ids: list[str] = []
     finished: list[EngineCoreOutput] = []
+    if part.epoch == s.steady_epoch:
+        # Nobody was finished from outside: only the finishing requests
+        # differ from the rest (`part.finishing` is in running order).
+        for r in part.finishing:
+            cohort.settle_one(s, r)  # as scheduled: its token in flight
+            r.num_in_flight_tokens -= 1
+            finished.append(finish_at_cap(s, r, 1, token_at, stopped_running))
+        ids = [r.request_id for r in part.batch.requests if r not in ending]
+        cohort.in_flight = False
+        cohort.owed = True  # the others' tokens, written lazily (`SteadyCohort.settle`)
+        return [SteadyTokens(ids), *finished] if ids or finished else []
     requests = s.requests
     for r in part.batch.requests:
         if r.status > RequestStatus.PREEMPTED:
