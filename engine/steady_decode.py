@@ -106,19 +106,20 @@ class SteadyBatch:
 
 def is_quiet(core: NodeCore) -> bool:
     """Nothing but the running requests to schedule: no waiting request, no
-    KV load to finish, no worker output, no finished request a connector
-    must hear of. (With waiting requests, `schedule_with_steady` steps.)"""
+    KV load to finish, no worker output. (With waiting requests,
+    `schedule_with_steady` steps.) Requests finished or preempted since the
+    last step need no step of their own: a forward's first step names them
+    to the runner as a plain step's output would (`advance`), and the KV
+    connector's metadata does not read them (`PDConnector.build_connector_meta`)."""
     s: Scheduler = core.scheduler
-    if (
+    return not (
         s.waiting
         or s.kv_holding_waiting
         or s.deferred_waiting
         or s.finished_recving_kv_req_ids
         or s.failed_recving_kv_req_ids
         or core.has_worker_output()
-    ):
-        return False
-    return s.connector is None or not (s.finished_req_ids or s.reset_preempted_req_ids)
+    )
 
 
 def steady_batch(core: NodeCore, admitting: bool = False) -> SteadyBatch | None:

@@ -12,8 +12,9 @@ those steps end), exactly as stepping one by one would have left them.
 When the last step ends the node goes on as if it had just come back.
 
 "Could change its schedule" (`_limits`): any event in the loop's queue,
-except the proxy's receipt of this node's last outputs when it can start
-nothing, and an arrival whose routing cannot read this node's load (the
+except the proxy's receipts of this node's outputs that can start nothing
+(the tokens of earlier forwarded steps always; other outputs unless a finish
+could start a waiting request), and an arrival whose routing cannot read this node's load (the
 forward then runs through the step the arrival falls in: what it sets off
 only queues requests, admitted at the end of that step on either path).
 With a closed-loop backlog a finish ends a forward. Steps end strictly
@@ -57,9 +58,16 @@ class SteadyDecodeForwarder:
         self.admission_steps = 0
 
     def _harmless(self, fn: Any, args: tuple) -> bool:
-        """The proxy's receipt of this node's outputs, when it starts nothing."""
+        """The proxy's receipt of this node's outputs, when it starts nothing:
+        always for the tokens of forwarded steps (`_record_runs`: no finish
+        comes with them), else when no finish can start a waiting request."""
         cluster = self.cluster
-        if getattr(fn, "__func__", None) is not type(cluster)._proxy_receive or args[0] is not self.node:
+        if not args or args[0] is not self.node:
+            return False
+        func = getattr(fn, "__func__", None)
+        if func is type(cluster)._record_runs:
+            return True
+        if func is not type(cluster)._proxy_receive:
             return False
         if not cluster._backlog:
             return True
@@ -96,8 +104,8 @@ class SteadyDecodeForwarder:
         # clock: it limits nothing.
         live = self.cluster.loop.first_live(4)
         i = 0
-        if live and self._harmless(live[0][2], live[0][3]):
-            i = 1
+        while i < len(live) and self._harmless(live[i][2], live[i][3]):
+            i += 1
         arrival = math.inf
         while i < len(live):
             event = live[i]
