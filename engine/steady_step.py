@@ -122,36 +122,31 @@ def _update_with_finishes(s: Scheduler, part: SteadyPart, stopped_running: set[R
     before this update, `EngineCore.process_oldest`): as on the plain path,
     that one gets nothing, and a step with no output for anyone emits
     nothing."""
-    token_at = part.token_at
     cohort = part.batch.cohort
     ending = set(part.finishing)
-    ids: list[str] = []
-    finished: list[EngineCoreOutput] = []
     if part.epoch == s.steady_epoch:
-        # Nobody was finished from outside: only the finishing requests
-        # differ from the rest (`part.finishing` is in running order).
-        for r in part.finishing:
-            cohort.settle_one(s, r)  # as scheduled: its token in flight
-            r.num_in_flight_tokens -= 1
-            finished.append(finish_at_cap(s, r, 1, token_at, stopped_running))
+        # Nobody was finished from outside: every member but the finishing
+        # ones gets its token (`part.finishing` is in running order).
+        stopping = part.finishing
         ids = [r.request_id for r in part.batch.requests if r not in ending]
-        cohort.in_flight = False
-        cohort.owed = True  # the others' tokens, written lazily (`SteadyCohort.settle`)
-        return [SteadyTokens(ids), *finished] if ids or finished else []
-    requests = s.requests
-    for r in part.batch.requests:
-        if r.status > RequestStatus.PREEMPTED:
-            # Finished from outside (it left the running list: the cohort is
-            # built again); `finish_requests` settled its counters first.
-            if requests.get(r.request_id) is r:
-                r.num_in_flight_tokens -= 1
-            continue
-        if r in ending:
-            cohort.settle_one(s, r)  # as scheduled: its token in flight
-            r.num_in_flight_tokens -= 1
-            finished.append(finish_at_cap(s, r, 1, token_at, stopped_running))
-            continue
-        ids.append(r.request_id)
+    else:
+        stopping, ids = [], []
+        requests = s.requests
+        for r in part.batch.requests:
+            if r.status > RequestStatus.PREEMPTED:
+                # Finished from outside (it left the running list: the cohort is
+                # built again); `finish_requests` settled its counters first.
+                if requests.get(r.request_id) is r:
+                    r.num_in_flight_tokens -= 1
+            elif r in ending:
+                stopping.append(r)
+            else:
+                ids.append(r.request_id)
+    finished: list[EngineCoreOutput] = []
+    for r in stopping:
+        cohort.settle_one(s, r)  # as scheduled: its token in flight
+        r.num_in_flight_tokens -= 1
+        finished.append(finish_at_cap(s, r, 1, part.token_at, stopped_running))
     cohort.in_flight = False
     cohort.owed = True  # the others' tokens, written lazily (`SteadyCohort.settle`)
     if not ids and not finished:
