@@ -12,9 +12,9 @@ content is either the block's token ids or, for synthetic prompts, the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from .request import Request
+from .request import UNSAMPLED, Request
 
 
 def prompt_block_hashes(prompt: Sequence[int], block_size: int) -> list[int]:
@@ -28,6 +28,46 @@ def update_block_hashes(request: Request, block_size: int) -> list[int]:
     if len(hashes) >= request.num_tokens // block_size:
         return hashes
     return _extend(hashes, request.prompt_token_ids, request.output_token_ids, request.num_tokens, block_size)
+
+
+def extend_block_hashes(
+    request: Request, num_blocks: int, block_size: int, tokens_at: Callable[[str, int, int], list[int]]
+) -> list[int]:
+    """`update_block_hashes` as far as `num_blocks` blocks, for a steady-decode
+    member whose counters are written lazily (engine/steady_cohort.py): its
+    outputs past those written are the sampler's (`tokens_at(request id,
+    first position, count)`), drawn here."""
+    hashes = request.block_hashes
+    if len(hashes) >= num_blocks:
+        return hashes
+    output = _SampledOutput(request, tokens_at)
+    return _extend(hashes, request.prompt_token_ids, output, num_blocks * block_size, block_size)  # type: ignore[arg-type]
+
+
+class _SampledOutput:
+    """A request's output ids by slice: the written ones (an UNSAMPLED one
+    drawn), then the sampler's."""
+
+    __slots__ = ("_written", "_tokens_at", "_rid", "_prompt_len")
+
+    def __init__(self, request: Request, tokens_at: Callable[[str, int, int], list[int]]) -> None:
+        self._written = request._output_token_ids
+        self._tokens_at = tokens_at
+        self._rid = request.request_id
+        self._prompt_len = request.num_prompt_tokens
+
+    def __getitem__(self, window: slice) -> list[int]:
+        start, stop = window.start or 0, window.stop
+        written = self._written
+        n = len(written)
+        head = written[start:stop] if start < n else []
+        if UNSAMPLED in head:
+            head = [self._tokens_at(self._rid, self._prompt_len + i, 1)[0] if t == UNSAMPLED else t
+                    for i, t in enumerate(head, start)]  # fmt: skip
+        first = start + len(head)
+        if first >= stop:
+            return head
+        return head + self._tokens_at(self._rid, self._prompt_len + first, stop - first)
 
 
 def _extend(

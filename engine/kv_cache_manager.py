@@ -6,9 +6,10 @@ prefix-cache stats)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from .block_hash import update_block_hashes
+from .block_hash import extend_block_hashes, update_block_hashes
 from .block_pool import BlockPool, KVCacheBlock
 from .request import Request, RequestStatus
 
@@ -149,6 +150,23 @@ class KVCacheManager:
         if num_cached >= num_full:
             return
         self.block_pool.cache_full_blocks(blocks, hashes, num_cached, num_full)
+        self.num_cached_block[request_id] = num_full
+
+    def cache_steady_blocks(
+        self, request: Request, num_tokens: int, tokens_at: Callable[[str, int, int], list[int]]
+    ) -> None:
+        """`cache_blocks(request, num_tokens)` for a steady-decode member,
+        whose counters are written lazily (engine/steady_cohort.py): the
+        steady paths call it at the step that completes a block, as
+        `allocate_slots` would. The tokens are `num_tokens` by then; those
+        not written yet are the sampler's."""
+        request_id = request.request_id
+        num_cached = self.num_cached_block.get(request_id, 0)
+        num_full = num_tokens // self.block_size
+        if num_full <= num_cached:
+            return
+        hashes = extend_block_hashes(request, num_full, self.block_size, tokens_at)
+        self.block_pool.cache_full_blocks(self.req_to_blocks[request_id], hashes, num_cached, num_full)
         self.num_cached_block[request_id] = num_full
 
     def reset_prefix_cache(self) -> bool:

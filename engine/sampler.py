@@ -9,6 +9,8 @@ the per-token hot path."""
 from __future__ import annotations
 
 import hashlib
+from functools import cache
+from typing import Any
 
 EOS_TOKEN_ID = 2
 VOCAB_SIZE = 32000
@@ -46,6 +48,49 @@ class DeterministicSampler:
         # Never collide with EOS by accident.
         return 3 + (z >> 16) % (VOCAB_SIZE - 3)
 
+    def tokens_at(self, request_id: str, first: int, n: int) -> list[int]:
+        """`[token_at(request_id, p) for p in range(first, first + n)]`, in one
+        loop (a block's worth of ids to hash: engine/block_hash.py)."""
+        base = self._bases.get(request_id)
+        if base is None:
+            base = self._base(request_id)
+        threshold, eos, mask, vocab = self._threshold, self.eos_token_id, _MASK64, VOCAB_SIZE - 3
+        out = []
+        z0 = base + first * 0x9E3779B97F4A7C15
+        for _ in range(n):
+            z0 += 0x9E3779B97F4A7C15
+            z = z0 & mask
+            z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+            z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+            z ^= z >> 31
+            out.append(eos if z < threshold else 3 + (z >> 16) % vocab)
+        return out
+
+    def token_windows(self, windows: list[tuple[str, int, int]]) -> list[list[int]]:
+        """`tokens_at(*w)` for each window `w` (request id, first position,
+        count), computed together with 64-bit numpy arithmetic (the same
+        splitmix64 steps, wrapping as the masks do): one pass for the blocks
+        a fast-forward caches."""
+        if not windows:
+            return []
+        np, golden, mix1, mix2, s16, s27, s30, s31, three, span = _numpy_constants()
+        width = max(n for _, _, n in windows)
+        bases = np.array([self._base(rid) for rid, _, _ in windows], dtype=np.uint64)
+        firsts = np.array([first for _, first, _ in windows], dtype=np.uint64)
+        positions = firsts[:, None] + np.arange(1, width + 1, dtype=np.uint64)  # position + 1, as `token_at`
+        # (numpy's stubs widen uint64 arithmetic with a scalar to float64; it stays uint64.)
+        z: Any = bases[:, None] + positions * golden
+        z = (z ^ (z >> s30)) * mix1
+        z = (z ^ (z >> s27)) * mix2
+        z ^= z >> s31
+        tokens = three + (z >> s16) % span
+        if self._threshold >= 1 << 64:
+            tokens[:] = self.eos_token_id
+        elif self._threshold > 0:
+            tokens = np.where(z < np.uint64(self._threshold), np.uint64(self.eos_token_id), tokens)
+        rows = tokens.tolist()
+        return [row if n == width else row[:n] for row, (_, _, n) in zip(rows, windows)]
+
     def can_sample(self, token_id: int) -> bool:
         """Whether `token_at` can ever return `token_id` (EOS only with a stop probability)."""
         if token_id == self.eos_token_id and self._threshold > 0:
@@ -55,3 +100,24 @@ class DeterministicSampler:
     def forget(self, request_id: str) -> None:
         """Drop a finished request's cached hash (long runs, many requests)."""
         self._bases.pop(request_id, None)
+
+
+@cache
+def _numpy_constants() -> tuple:
+    """numpy and `token_at`'s constants as uint64 scalars, for
+    `token_windows` (imported on first use: most processes never need it)."""
+    import numpy as np
+
+    u = np.uint64
+    return (
+        np,
+        u(0x9E3779B97F4A7C15),
+        u(0xBF58476D1CE4E5B9),
+        u(0x94D049BB133111EB),
+        u(16),
+        u(27),
+        u(30),
+        u(31),
+        u(3),
+        u(VOCAB_SIZE - 3),
+    )

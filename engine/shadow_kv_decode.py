@@ -107,8 +107,10 @@ class DecodeChains:
         its blocks, a foreign write, a swap, a cache hit) applied it first. So
         the read finds what `_decode` would check block by block, and the
         write extends each block's filled prefix: only the marks and the
-        prefixes move. (With content hashes to keep, `_decode` does it: no
-        decode is deferred with prefix caching on, the fast paths' condition.)"""
+        prefixes move. (With content hashes to keep — prefix caching on —
+        `_decode` does it: it records the hash of each block it fills; the
+        steady paths cached that block, hash included, when its step was
+        scheduled, engine/steady_caching.py.)"""
         if self.expected_hash is not None or n <= 0:
             self._decode(request_id, block_table, start, n, t_read, t_write)
             return

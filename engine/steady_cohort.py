@@ -115,7 +115,10 @@ class SteadyCohort:
             return False
         now = s.current_step
         bs = self.block_size
-        blocks = s.kv_cache_manager.req_to_blocks.get(r.request_id)
+        kvm = s.kv_cache_manager
+        if kvm.enable_caching and kvm.num_cached_block.get(r.request_id, 0) != computed // bs:
+            return False  # a block its tokens fill is not cached yet (a KV load's): its next allocation caches it
+        blocks = kvm.req_to_blocks.get(r.request_id)
         held = len(blocks) if blocks is not None else 0
         # Step j from now needs slots for computed + j tokens.
         due = held * bs - computed + 1
@@ -186,6 +189,17 @@ class SteadyCohort:
         members = self.by_residue[step % self.block_size]
         if self.spare:
             return [r for r in members if r.steady_due <= step and r not in ended]
+        if ended:
+            return [r for r in members if r not in ended]
+        return list(members)
+
+    def cachers(self, step: int, ended: set[Request]) -> list[Request]:
+        """With prefix caching: the members whose tokens complete a block at
+        absolute step `step` (`allocate_slots` caches it then), in running
+        order, but for those in `ended`. A member fills its block the step
+        before it takes the next one, so they are the next step's residue
+        (spare blocks or not)."""
+        members = self.by_residue[(step + 1) % self.block_size]
         if ended:
             return [r for r in members if r not in ended]
         return list(members)
@@ -261,6 +275,7 @@ def _check(s: Scheduler, cohort: SteadyCohort, sampler: DeterministicSampler) ->
     the run goes on with is the one checked), and every member's counters
     ones the steady paths can have left."""
     now = s.current_step
+    kvm = s.kv_cache_manager
     for r in cohort.members:
         written = r.num_computed_tokens - r.steady_offset
         assert written == r.steady_written <= now and r.num_in_flight_tokens in (0, 1), (
@@ -273,6 +288,9 @@ def _check(s: Scheduler, cohort: SteadyCohort, sampler: DeterministicSampler) ->
             f"{r.num_computed_tokens} computed, {r.num_in_flight_tokens} in flight)"
         )
         assert len(r._output_token_ids) == r.num_tokens - r.num_prompt_tokens
+        if kvm.enable_caching:
+            cached, due = kvm.num_cached_block.get(r.request_id, 0), (r.steady_offset + now) // cohort.block_size
+            assert cached == due, f"{r.request_id}: {cached} blocks cached at step {now}, {due} due"
     keep = (
         "num_computed_tokens", "num_tokens", "num_in_flight_tokens", "last_sched_seq", "_token_source",
         "steady_written", "steady_shadow_at",

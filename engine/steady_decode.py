@@ -11,6 +11,7 @@ left behind step by step: token counts, block ids handed out in the same
 order (step by step, requests in running order, a finished request's blocks
 back before the next step's), allocator-call counts, step numbers, fence
 sequence numbers, the runner's block tables, shadow KV reads and writes, the
+blocks entered into the prefix cache (engine/steady_caching.py), the
 finishing requests' outputs and frees, and one `StepRecord` per step.
 engine/steady_step.py does the same for one step next to the scheduler's
 real waiting pass. What is fixed about the running requests between events
@@ -19,8 +20,8 @@ step in the node's cohort (engine/steady_cohort.py), so reading the batch
 costs what joined or left it, not a pass over it.
 
 What is not covered returns None from `steady_batch` and the node steps as
-usual: async scheduling or a batch queue deeper than one, v0, prefix
-caching, prefill chunks, requests that could stop on a sampled token (EOS
+usual: async scheduling or a batch queue deeper than one, v0, prefill
+chunks, requests that could stop on a sampled token (EOS
 the sampler can produce, stop token ids), pending KV connector output, a
 shadow store that already saw trouble for a request. The runtime
 (cluster/inproc/fast_forward.py) decides how many of the possible steps fit
@@ -38,6 +39,7 @@ from .outputs import EngineCoreOutput
 from .records import StepRecord
 from .request import Request
 from .scheduler import Scheduler
+from .steady_caching import SteadyCaching
 from .steady_cohort import SteadyCohort, sync
 from .steady_shadow import ShadowLag
 from .stop_checker import check_stop
@@ -132,8 +134,7 @@ def steady_batch(core: NodeCore, admitting: bool = False) -> SteadyBatch | None:
     if engine.depth != 1 or engine.batch_queue or engine.pending_aborts:
         return None
     s: Scheduler = core.scheduler
-    kvm = s.kv_cache_manager
-    if kvm.enable_caching or s.deferred_frees or s.num_lookahead_tokens:
+    if s.deferred_frees or s.num_lookahead_tokens:
         return None
     if not admitting and not is_quiet(core):
         return None
@@ -168,6 +169,10 @@ def block_plan(core: NodeCore, batch: SteadyBatch, m: int) -> tuple[list[list[Re
     per_step: list[list[Request]] = [[]]
     finishing: list[list[Request]] = [[]]
     free = kvm.block_pool.get_num_free_blocks()
+    # With prefix caching a block may be shared (a cache hit): a finishing
+    # request's shared blocks stay taken. Counting them as staying even when
+    # the other holder finishes too only ends a forward early.
+    shared = kvm.enable_caching
     fits = m
     ended: set[Request] = set()  # finished at an earlier step
     for j in range(1, m + 1):
@@ -183,7 +188,9 @@ def block_plan(core: NodeCore, batch: SteadyBatch, m: int) -> tuple[list[list[Re
             fits = j - 1
             break
         for r in gone:
-            free += len(req_to_blocks[r.request_id]) + cohort.blocks_taken(r, base, step)
+            blocks = req_to_blocks[r.request_id]
+            held = sum(b.ref_cnt == 1 for b in blocks) if shared else len(blocks)
+            free += held + cohort.blocks_taken(r, base, step)
     return per_step, finishing, fits
 
 
@@ -245,6 +252,9 @@ def advance(
         s.reset_preempted_req_ids = set()
 
     token_at = core.sampler.token_at
+    # With prefix caching a step caches the blocks its tokens complete (as
+    # `allocate_slots` does), before the step's frees put them back.
+    caching = SteadyCaching(kvm, core.sampler, batch.cohort, batch.base, finishing, m) if kvm.enable_caching else None
     defer = s.defer_block_free
     seq0 = s.sched_step_seq
     cohort = batch.cohort
@@ -285,6 +295,8 @@ def advance(
                 assigned.append((block.block_id, rid))
         free -= len(per_step[j])
         free_after.append(free)
+        if caching is not None:
+            caching.step(j)
         if finishing[j]:
             absent += (m - j) * len(finishing[j])  # the steps after this one
             if assigned:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from .outputs import EngineCoreOutput, SchedulerOutput, SteadyTokens
 from .request import Request, RequestStatus
 from .scheduler import Scheduler
+from .steady_caching import SteadyCaching
 from .steady_decode import SteadyBatch, finish_at_cap
 
 if TYPE_CHECKING:
@@ -66,6 +67,10 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
         req_to_blocks[r.request_id].append(block)
         new_blocks.append((r, block.block_id))
     kvm.num_allocate_slots_calls += b
+    if kvm.enable_caching:
+        # The blocks their tokens complete in this step are cached before
+        # the waiting pass looks up its hits (`allocate_slots` order).
+        SteadyCaching(kvm, core.sampler, batch.cohort, s.current_step - 1, [[], []], 1).step(1)
     scheduled_new_reqs: list[Request] = []
     scheduled_resumed_reqs: list[Request] = []
     req_to_new_blocks: dict = {}

@@ -16,6 +16,7 @@ to step against one built from scratch, at every use
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -25,6 +26,7 @@ from cluster.inproc import run_inproc
 from cluster.inproc.cluster import InProcCluster
 from cluster.spec import ClusterSpec
 from engine import fast_paths
+from engine.prompt import segment_key
 from engine.records import WorkloadRequest
 
 RUNTIME_ONLY = ("num_events", "steps_fast_forwarded")
@@ -121,7 +123,17 @@ def random_scenario(rng: random.Random) -> tuple[dict, list[WorkloadRequest], in
     # Drawn last (the draws above keep their seeds' scenarios): a roofline
     # preset has no `decode_step_time`, and the forward then builds each shape.
     cluster["cost_model"] = rng.choice(["synthetic-8b", "synthetic-8b", "unit", "llama-3.1-8b-h100"])
+    if rng.random() < 0.4:
+        # System prompts shared by several requests: prefix-cache hits, and
+        # blocks held by two requests at once.
+        prefixes = [(segment_key(f"system/{k}"), rng.choice([8, 40, 100])) for k in range(rng.randint(1, 3))]
+        workload = [_with_prefix(w, rng.choice(prefixes)) for w in workload]
     return cluster, workload, max_concurrency
+
+
+def _with_prefix(w: WorkloadRequest, prefix: tuple[int, int]) -> WorkloadRequest:
+    own = (segment_key(f"user/{w.request_id}"), w.prompt_len)
+    return dataclasses.replace(w, prompt_len=prefix[1] + w.prompt_len, prompt_segments=(prefix, own))
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -167,6 +179,28 @@ def test_steady_decode_fast_forward_is_exact(seed: int, prefill: int, shadow: bo
     assert_identical(plain, fast)
     assert not fast.invariant_errors
     assert fast.extra["steps_fast_forwarded"] > 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("prefill,shadow", [(0, False), (0, True), (1, True)])
+def test_steady_decode_with_prefix_caching_is_exact(seed: int, prefill: int, shadow: bool) -> None:
+    """Prefix caching on, requests sharing system prompts, a pool small
+    enough to reuse cached blocks: the steady paths cache the blocks decode
+    completes as `allocate_slots` does step by step (the same hashes, hits,
+    evictions and free-queue order), and forward most steps."""
+    rng = random.Random(seed)
+    block_size = rng.choice([4, 16])
+    # A pool that the run cycles through: freed cached blocks are evicted for reuse.
+    spec = _steady_cluster(
+        prefill, shadow, enable_prefix_caching=True, block_size=block_size, num_gpu_blocks=9600 // block_size
+    )
+    prefixes = [(segment_key(f"system/{k}"), rng.choice([block_size * 3, 50])) for k in range(2)]
+    workload = [_with_prefix(w, rng.choice(prefixes)) for w in _poisson(rng.randint(30, 60), 10.0, seed)]
+    plain, fast = _both(spec, workload, seed=seed)
+    assert_identical(plain, fast)
+    assert not fast.invariant_errors
+    assert fast.extra["steps_fast_forwarded"] > len(fast.steps) // 3
+    assert fast.node_counters["decode-0"]["prefix_cache_hits"] > 0
 
 
 def test_fast_forward_does_most_steps_of_a_light_load() -> None:

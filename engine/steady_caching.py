@@ -1,0 +1,83 @@
+"""Prefix caching on the steady paths (issue 15; docs/fast-paths.md).
+
+On the plain path `allocate_slots` caches, at every step, the blocks the
+step's tokens complete: it enters them into the prefix cache under their
+chained hashes, which cover the blocks' token ids. A steady-decode member
+completes one block every `block_size` steps (the step before it takes the
+next one), so the steady paths cache exactly those blocks at exactly those
+steps (`SteadyCohort.cachers`), before the step's frees put any block back:
+the cache, the blocks' hashes and the free queue's order (hashed blocks go
+to its tail) are the plain path's.
+
+The members' counters are written lazily, so the ids of their newest
+tokens are not in their output lists yet; they are the deterministic
+sampler's, and `SteadyCaching` draws every window of them a forward's steps
+hash in one numpy pass (`DeterministicSampler.token_windows`) — a block's
+worth of ids per block was most of the cost of prefix caching here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .request import Request
+
+if TYPE_CHECKING:
+    from .kv_cache_manager import KVCacheManager
+    from .sampler import DeterministicSampler
+    from .steady_cohort import SteadyCohort
+
+
+class SteadyCaching:
+    """The blocks the members complete in steps 1..m of a steady run, and
+    the sampler's ids their hashes need, drawn up front."""
+
+    def __init__(
+        self,
+        kvm: KVCacheManager,
+        sampler: DeterministicSampler,
+        cohort: SteadyCohort,
+        base: int,
+        finishing: list[list[Request]],
+        m: int,
+    ) -> None:
+        self.kvm = kvm
+        self._tokens_at = sampler.tokens_at
+        # Per step j (absolute base + j): (member, tokens it has cached by then).
+        self.steps: list[list[tuple[Request, int]]] = [[]]
+        ended: set[Request] = set()  # finished at an earlier step
+        for j in range(1, m + 1):
+            step = base + j
+            self.steps.append([(r, r.steady_offset + step) for r in cohort.cachers(step, ended)])
+            if finishing[j]:
+                ended.update(finishing[j])
+        windows = self._windows()
+        self._ready = {(rid, first): ids for (rid, first, _), ids in zip(windows, sampler.token_windows(windows))}
+
+    def _windows(self) -> list[tuple[str, int, int]]:
+        """(request id, first position, count) of the sampler's ids each
+        block to hash reads: its positions past the prompt and past the
+        outputs written so far (`block_hash._SampledOutput` asks for exactly
+        these)."""
+        bs = self.kvm.block_size
+        windows = []
+        for entries in self.steps:
+            for r, num_tokens in entries:
+                written = r.num_prompt_tokens + len(r._output_token_ids)
+                for i in range(len(r.block_hashes), num_tokens // bs):
+                    first = max(i * bs, written)
+                    if first < (i + 1) * bs:
+                        windows.append((r.request_id, first, (i + 1) * bs - first))
+        return windows
+
+    def tokens_at(self, request_id: str, first: int, n: int) -> list[int]:
+        ids = self._ready.get((request_id, first))
+        if ids is not None and len(ids) == n:
+            return ids
+        return self._tokens_at(request_id, first, n)
+
+    def step(self, j: int) -> None:
+        """Cache the blocks step j completes, in running order."""
+        cache, tokens_at = self.kvm.cache_steady_blocks, self.tokens_at
+        for r, num_tokens in self.steps[j]:
+            cache(r, num_tokens, tokens_at)
