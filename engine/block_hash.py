@@ -84,10 +84,17 @@ def _extend(
         if end <= num_prompt:
             content = block_key(start, end) if block_key else tuple(prompt[start:end])
         elif start >= num_prompt:
-            content = tuple(output[start - num_prompt : end - num_prompt])
+            parent = output_block_hash(parent, output[start - num_prompt : end - num_prompt])
+            hashes.append(parent)
+            continue
         else:
             head = block_key(start, num_prompt) if block_key else tuple(prompt[start:num_prompt])
             content = (head, tuple(output[: end - num_prompt]))
         parent = hash((parent, content))
         hashes.append(parent)
     return hashes
+
+
+def output_block_hash(parent: int | None, ids: Sequence[int]) -> int:
+    """The hash of a block past the prompt, holding output ids `ids`."""
+    return hash((parent, tuple(ids)))

@@ -200,12 +200,13 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
         lookahead = self.num_lookahead_tokens
         max_model_len = self.max_model_len
         # Exact fast path (engine/fast_paths.py): a running request whose last
-        # block has room needs no allocate_slots call — the call would only
-        # count itself and return no blocks (no watermark applies to a running
-        # request; with prefix caching off nothing is cached either). Not when
-        # the allocator is wrapped (a test that counts or fails its calls).
-        plain = fast_paths.enabled() and not kvm.enable_caching and "allocate_slots" not in kvm.__dict__
+        # block has room, and whose step completes no block to cache, needs no
+        # allocate_slots call — the call would only count itself and return no
+        # blocks (no watermark applies to a running request). Not when the
+        # allocator is wrapped (a test that counts or fails its calls).
+        plain = fast_paths.enabled() and "allocate_slots" not in kvm.__dict__
         req_to_blocks = kvm.req_to_blocks if plain else None
+        num_cached_block = kvm.num_cached_block if kvm.enable_caching else None
         block_size = self.block_size
         while req_index < len(running) and token_budget > 0:
             request = running[req_index]
@@ -235,8 +236,13 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
             if req_to_blocks is not None:
                 have = req_to_blocks.get(request.request_id)
                 if have is not None and computed + num_new_tokens + lookahead <= len(have) * block_size:
-                    kvm.num_allocate_slots_calls += 1  # the call it stands for
-                    new_blocks = NO_NEW_BLOCKS
+                    if num_cached_block is None or (
+                        # The blocks `allocate_slots` would have cached by then.
+                        min(computed + num_new_tokens, request.num_tokens) // block_size
+                        <= num_cached_block.get(request.request_id, 0)
+                    ):
+                        kvm.num_allocate_slots_calls += 1  # the call it stands for
+                        new_blocks = NO_NEW_BLOCKS
 
             while new_blocks is None:
                 new_blocks = allocate_slots(request, num_new_tokens, num_lookahead_tokens=lookahead)

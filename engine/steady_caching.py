@@ -20,12 +20,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .block_hash import output_block_hash
 from .request import Request
 
 if TYPE_CHECKING:
     from .kv_cache_manager import KVCacheManager
     from .sampler import DeterministicSampler
     from .steady_cohort import SteadyCohort
+
+
+# Below this many ids a Python loop draws them faster than numpy's fixed cost.
+_NUMPY_FROM = 40
 
 
 class SteadyCaching:
@@ -52,7 +57,11 @@ class SteadyCaching:
             if finishing[j]:
                 ended.update(finishing[j])
         windows = self._windows()
-        self._ready = {(rid, first): ids for (rid, first, _), ids in zip(windows, sampler.token_windows(windows))}
+        if sum(n for _, _, n in windows) < _NUMPY_FROM:
+            drawn = [sampler.tokens_at(*w) for w in windows]
+        else:
+            drawn = sampler.token_windows(windows)
+        self._ready = {(rid, first): ids for (rid, first, _), ids in zip(windows, drawn)}
 
     def _windows(self) -> list[tuple[str, int, int]]:
         """(request id, first position, count) of the sampler's ids each
@@ -78,6 +87,19 @@ class SteadyCaching:
 
     def step(self, j: int) -> None:
         """Cache the blocks step j completes, in running order."""
-        cache, tokens_at = self.kvm.cache_steady_blocks, self.tokens_at
+        kvm = self.kvm
+        bs, ready, num_cached = kvm.block_size, self._ready, kvm.num_cached_block
         for r, num_tokens in self.steps[j]:
-            cache(r, num_tokens, tokens_at)
+            # The usual case in one go: one block past the prompt, none of its
+            # ids written yet (drawn above), its predecessors hashed and cached.
+            k = num_tokens // bs
+            rid = r.request_id
+            first = (k - 1) * bs
+            ids = ready.get((rid, first))
+            hashes = r.block_hashes
+            if ids is not None and len(ids) == bs and len(hashes) == k - 1 and num_cached.get(rid, 0) == k - 1:
+                hashes.append(output_block_hash(hashes[-1] if hashes else None, ids))
+                kvm.block_pool.cache_full_blocks(kvm.req_to_blocks[rid], hashes, k - 1, k)
+                num_cached[rid] = k
+            else:
+                kvm.cache_steady_blocks(r, num_tokens, self.tokens_at)

@@ -137,3 +137,37 @@ def test_caching_off_never_hits():
     run_to_finish(s)
     assert admit(s, b) == 0
     assert s.get_counters().get("prefix_cache_queries") is None
+
+
+def _decode_steps(enable_fast_paths: bool) -> list[tuple[int, int, list[int]]]:
+    """A 6-token prompt decoding 20 tokens in blocks of 4: per step, the
+    allocator calls counted so far, the blocks cached and their hashes."""
+    from engine import fast_paths
+
+    previous = fast_paths.set_enabled(enable_fast_paths)
+    try:
+        s = create_scheduler(enable_prefix_caching=True, num_blocks=50, block_size=4)
+        (r,) = create_requests(1, max_tokens=20, prompt_token_ids=[prompt(1, 6)])
+        s.add_request(r)
+        kvm = s.kv_cache_manager
+        seen = []
+        for _ in range(20):
+            out = s.schedule()
+            s.update_from_output(out, make_model_runner_output(out, token_id=7))
+            blocks = kvm.req_to_blocks.get("0", [])
+            seen.append((kvm.num_allocate_slots_calls, kvm.num_cached_block.get("0"), [b.block_hash for b in blocks]))
+        return seen
+    finally:
+        fast_paths.set_enabled(previous)
+
+
+def test_a_decode_step_that_completes_no_block_needs_no_allocator_call():
+    """The fast path that skips `allocate_slots` for a running request whose
+    last block has room (engine/scheduler.py) still calls it at the step
+    that completes a block, which the call caches: every step's call count,
+    cached blocks and hashes are those of calling it every step."""
+    plain, fast = _decode_steps(False), _decode_steps(True)
+    assert fast == plain
+    # 6 prompt tokens + 1 computed per decode step: blocks complete at 8, 12, 16, 20, 24 tokens.
+    assert [cached for _, cached, _ in plain][:8] == [1, 1, 2, 2, 2, 2, 3, 3]
+    assert [calls for calls, _, _ in plain] == list(range(1, 21))
