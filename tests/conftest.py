@@ -4,11 +4,25 @@
 costs seconds; docs/platform.md, "Start-up and actor costs"). It lives here,
 not in `tests/e2e_ray/`, because Ray allows one cluster per process and
 both `tests/e2e_ray/` and `tests/serve/` (the OpenAI front door on Ray) use it.
+
+A background job of a non-interactive shell (`make test &`, `nohup ... &`)
+starts with SIGINT ignored, and every process it starts inherits that: the
+tests that stop a child with Ctrl-C (`test_ray_shutdown.py`,
+`test_serve_cli.py`) then wait for a child that cannot hear it. So the
+session takes SIGINT back first (a handled signal reverts to the default in
+an exec'd child, and Python then raises KeyboardInterrupt as usual).
 """
 
 from __future__ import annotations
 
+import signal
+
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

@@ -59,7 +59,11 @@ def test_serve_process_answers_on_loopback(runtime, request):
             assert json.load(resp)["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()  # no server left behind by a failing run
     assert proc.returncode == 130
 
 
