@@ -190,18 +190,19 @@ class BlockPool:
         self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[BlockHash], num_cached: int, num_full: int
     ) -> None:
         """Enter `blocks[num_cached:num_full]` into the cache under their hashes."""
-        cache = self.cached_block_hash_to_block
         for i in range(num_cached, num_full):
-            block = blocks[i]
-            if block.is_null or block.block_hash is not None:
-                continue
-            block_hash = block_hashes[i]
-            block.block_hash = block_hash
-            same = cache.get(block_hash)
-            if same is None:
-                cache[block_hash] = {block.block_id: block}
-            else:
-                same[block.block_id] = block
+            self.cache_block(blocks[i], block_hashes[i])
+
+    def cache_block(self, block: KVCacheBlock, block_hash: BlockHash) -> None:
+        """Enter one full block into the cache (a block already hashed keeps its entry)."""
+        if block.is_null or block.block_hash is not None:
+            return
+        block.block_hash = block_hash
+        same = self.cached_block_hash_to_block.get(block_hash)
+        if same is None:
+            self.cached_block_hash_to_block[block_hash] = {block.block_id: block}
+        else:
+            same[block.block_id] = block
 
     def _evict(self, block: KVCacheBlock) -> bool:
         """Drop a block's hash from the cache (it is about to be reused)."""
@@ -245,7 +246,7 @@ class BlockPool:
         caching = self.enable_caching
         for block in out:
             assert block.ref_cnt == 0, f"block {block.block_id} in the free queue has ref_cnt {block.ref_cnt}"
-            if caching:
+            if caching and block.block_hash is not None:
                 self._evict(block)
             block.ref_cnt = 1
         return out

@@ -48,36 +48,36 @@ class SteadyCaching:
     ) -> None:
         self.kvm = kvm
         self._tokens_at = sampler.tokens_at
+        bs = kvm.block_size
         # Per step j (absolute base + j): (member, tokens it has cached by then).
         self.steps: list[list[tuple[Request, int]]] = [[]]
+        # The sampler's ids each block to hash reads, as (request id, first
+        # position, count): its positions past the prompt and past the
+        # outputs written so far (`block_hash._SampledOutput` asks for
+        # exactly these); a block once.
+        windows: list[tuple[str, int, int]] = []
+        hashed: dict[Request, int] = {}  # blocks whose windows are listed, per member
         ended: set[Request] = set()  # finished at an earlier step
         for j in range(1, m + 1):
             step = base + j
-            self.steps.append([(r, r.steady_offset + step) for r in cohort.cachers(step, ended)])
+            entries = []
+            for r in cohort.cachers(step, ended):
+                num_tokens = r.steady_offset + step
+                entries.append((r, num_tokens))
+                written = r.num_prompt_tokens + len(r._output_token_ids)
+                for i in range(hashed.get(r, len(r.block_hashes)), num_tokens // bs):
+                    first = max(i * bs, written)
+                    if first < (i + 1) * bs:
+                        windows.append((r.request_id, first, (i + 1) * bs - first))
+                hashed[r] = num_tokens // bs
+            self.steps.append(entries)
             if finishing[j]:
                 ended.update(finishing[j])
-        windows = self._windows()
         if sum(n for _, _, n in windows) < _NUMPY_FROM:
             drawn = [sampler.tokens_at(*w) for w in windows]
         else:
             drawn = sampler.token_windows(windows)
         self._ready = {(rid, first): ids for (rid, first, _), ids in zip(windows, drawn)}
-
-    def _windows(self) -> list[tuple[str, int, int]]:
-        """(request id, first position, count) of the sampler's ids each
-        block to hash reads: its positions past the prompt and past the
-        outputs written so far (`block_hash._SampledOutput` asks for exactly
-        these)."""
-        bs = self.kvm.block_size
-        windows = []
-        for entries in self.steps:
-            for r, num_tokens in entries:
-                written = r.num_prompt_tokens + len(r._output_token_ids)
-                for i in range(len(r.block_hashes), num_tokens // bs):
-                    first = max(i * bs, written)
-                    if first < (i + 1) * bs:
-                        windows.append((r.request_id, first, (i + 1) * bs - first))
-        return windows
 
     def tokens_at(self, request_id: str, first: int, n: int) -> list[int]:
         ids = self._ready.get((request_id, first))
@@ -89,6 +89,7 @@ class SteadyCaching:
         """Cache the blocks step j completes, in running order."""
         kvm = self.kvm
         bs, ready, num_cached = kvm.block_size, self._ready, kvm.num_cached_block
+        req_to_blocks, cache_block = kvm.req_to_blocks, kvm.block_pool.cache_block
         for r, num_tokens in self.steps[j]:
             # The usual case in one go: one block past the prompt, none of its
             # ids written yet (drawn above), its predecessors hashed and cached.
@@ -98,8 +99,9 @@ class SteadyCaching:
             ids = ready.get((rid, first))
             hashes = r.block_hashes
             if ids is not None and len(ids) == bs and len(hashes) == k - 1 and num_cached.get(rid, 0) == k - 1:
-                hashes.append(output_block_hash(hashes[-1] if hashes else None, ids))
-                kvm.block_pool.cache_full_blocks(kvm.req_to_blocks[rid], hashes, k - 1, k)
+                block_hash = output_block_hash(hashes[-1] if hashes else None, ids)
+                hashes.append(block_hash)
+                cache_block(req_to_blocks[rid][k - 1], block_hash)
                 num_cached[rid] = k
             else:
                 kvm.cache_steady_blocks(r, num_tokens, self.tokens_at)

@@ -295,7 +295,7 @@ def advance(
                 assigned.append((block.block_id, rid))
         free -= len(per_step[j])
         free_after.append(free)
-        if caching is not None:
+        if caching is not None and caching.steps[j]:
             caching.step(j)
         if finishing[j]:
             absent += (m - j) * len(finishing[j])  # the steps after this one
