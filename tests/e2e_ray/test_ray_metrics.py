@@ -202,10 +202,24 @@ def test_stats_lines_in_vllm_style_are_logged_by_the_driver_during_the_run(obser
     assert min(t for t, _ in lines) < last_finish  # relayed live, not only at the end
 
 
+def _two_free_ports() -> int:
+    """A port p with p and p + 1 both free just now (the observer binds
+    base + index; an ephemeral port's neighbour may belong to a Ray or gRPC
+    process of this session)."""
+    for _ in range(50):
+        with socket.socket() as first, socket.socket() as second:
+            first.bind(("127.0.0.1", 0))
+            base = first.getsockname()[1]
+            try:
+                second.bind(("127.0.0.1", base + 1))
+            except (OSError, OverflowError):  # taken, or past 65535
+                continue
+            return base
+    raise RuntimeError("no two adjacent free ports on 127.0.0.1")
+
+
 def test_the_runner_side_observer_binds_port_plus_index_and_refuses_bad_settings():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        base = probe.getsockname()[1]
+    base = _two_free_ports()
     observer = RayLiveObserver(["prefill-0", "decode-0"], metrics_port=base, log_interval=None)
     try:
         assert observer.urls == {
