@@ -10,8 +10,9 @@ Each count runs `benchmarks/inproc_speed.py --child` under callgrind twice,
 with and without the run itself (`"dry"`: imports, workload and spec only),
 and reports the difference: the run's own instructions. The workloads and
 cluster settings are inproc_speed's (W1 and W2; aggregated with shadow KV
-off and on, and 1 prefill + 1 decode node); `--old-commit` adds the old
-tree's aggregated shadow-off runs, checked out in a temporary worktree.
+off and on, and 1 prefill + 1 decode node; `--prefix-caching` as there);
+`--old-commit` adds the old tree's aggregated shadow-off runs, checked out in
+a temporary worktree.
 Python's hash randomisation moves a count by well under 0.1 %. Slow: about
 45 s per 1,000 requests and count. Needs valgrind (Debian package `valgrind`).
 """
@@ -56,6 +57,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--old-commit", default=None, help="count this commit's aggregated shadow-off runs too")
     ap.add_argument("--workloads", default="W1,W2")
+    ap.add_argument("--prefix-caching", action="store_true", help="prefix caching on (inproc_speed.py's flag)")
     ap.add_argument("--record", action="store_true")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
@@ -84,7 +86,7 @@ def main() -> None:
                     if old_tree is not None and topo == "agg" and not shadow:
                         sides.insert(0, ("old", old_tree))
                     for side, tree in sides:
-                        cluster = inproc_speed.cluster_dict(topo, shadow, old=side == "old")
+                        cluster = inproc_speed.cluster_dict(topo, shadow, old=side == "old", caching=args.prefix_caching)
                         n = counts[(w, topo, shadow, side)] = run_instructions(tree, wl, cluster)
                         print(f"{w} {topo} shadow={'on' if shadow else 'off'} {side}: {n:,} instructions", flush=True)
     finally:
@@ -103,10 +105,11 @@ def _entry(args, counts: dict, names: list[str], commit: str) -> str:
         f"### {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — W1/W2, {args.requests} requests, instructions"
         + (f", against {args.old_commit}" if args.old_commit else ""),
         "",
-        f"Tree: {commit}. Settings of inproc_speed.py. Command: `.venv/bin/python -m benchmarks.inproc_instructions "
-        f"--requests {args.requests}"
+        f"Tree: {commit}. Settings of inproc_speed.py, prefix caching {'**on**' if args.prefix_caching else 'off'}. "
+        f"Command: `.venv/bin/python -m benchmarks.inproc_instructions --requests {args.requests}"
         + (f" --old-commit {args.old_commit}" if args.old_commit else "")
         + (f" --workloads {args.workloads}" if args.workloads != "W1,W2" else "")
+        + (" --prefix-caching" if args.prefix_caching else "")
         + " --record`.",
         "",
         "| workload | nodes | shadow KV | tree | instructions (millions) |",
