@@ -86,7 +86,8 @@ def main() -> None:
                     if old_tree is not None and topo == "agg" and not shadow:
                         sides.insert(0, ("old", old_tree))
                     for side, tree in sides:
-                        cluster = inproc_speed.cluster_dict(topo, shadow, old=side == "old", caching=args.prefix_caching)
+                        old = side == "old"
+                        cluster = inproc_speed.cluster_dict(topo, shadow, old=old, caching=args.prefix_caching)
                         n = counts[(w, topo, shadow, side)] = run_instructions(tree, wl, cluster)
                         print(f"{w} {topo} shadow={'on' if shadow else 'off'} {side}: {n:,} instructions", flush=True)
     finally:
