@@ -14,17 +14,21 @@ from engine.steady_step import schedule_with_steady
 from engine.testing import create_requests
 
 
-def _core_in_steady_decode(n: int = 3, prompt: int = 20, max_tokens: int = 50) -> NodeCore:
+def _core_in_steady_decode(
+    n: int = 3, prompt: int | list[int] = 20, max_tokens: int = 50, caching: bool = False
+) -> NodeCore:
     core = NodeCore(
         NodeSpec(
             "n",
             None,
             scheduler=SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=512),
-            cache=CacheConfig(num_gpu_blocks=100, block_size=16, enable_prefix_caching=False),
+            cache=CacheConfig(num_gpu_blocks=100, block_size=16, enable_prefix_caching=caching),
             shadow_kv=False,
         )
     )
-    for r in create_requests(n, num_tokens=prompt, max_tokens=max_tokens, ignore_eos=True):
+    lengths = prompt if isinstance(prompt, list) else [prompt] * n
+    prompts = [[1000 * i + t for t in range(length)] for i, length in enumerate(lengths)]
+    for r in create_requests(n, max_tokens=max_tokens, ignore_eos=True, prompt_token_ids=prompts):
         core.add_request(r)
     for t in range(2):  # the prefill, then one decode step: every request now decodes one token a step
         plan = core.schedule_step(float(t))
@@ -155,3 +159,33 @@ def test_an_abort_while_a_steady_step_is_in_flight_leaves_every_request_as_the_p
     (plain_aborted, plain_running), (fast_aborted, fast_running) = cores
     assert fast_aborted.is_finished() and _counters(fast_aborted) == _counters(plain_aborted)
     assert [_counters(r) for r in fast_running] == [_counters(r) for r in plain_running]
+
+
+def test_with_prefix_caching_a_member_caches_a_block_the_step_before_it_takes_the_next(monkeypatch):
+    """Prompts of 20, 27 and 30 tokens, one decode step done: 21, 28 and 31
+    tokens computed, one block of 16 cached each. A step computes one more
+    token each; `allocate_slots` caches a block when that fills it (32
+    tokens) and takes the next one the step after."""
+    core = _core_in_steady_decode(prompt=[20, 27, 30], caching=True)
+    s = core.scheduler
+    kvm = s.kv_cache_manager
+    batch = steady_batch(core)
+    assert batch is not None
+    assert [kvm.num_cached_block[r.request_id] for r in batch.requests] == [1, 1, 1]
+    now, cohort = s.current_step, batch.cohort
+    assert [[r.request_id for r in cohort.cachers(now + j, set())] for j in (1, 4, 11)] == [["2"], ["1"], ["0"]]
+    per_step, _, _ = block_plan(core, batch, 12)
+    assert [[r.request_id for r in per_step[j]] for j in (2, 5, 12)] == [["2"], ["1"], ["0"]]
+    # One steady step: request "2" fills its second block, which is then cached under its hash.
+    _admission_step(core, 10.0)
+    r2 = s.requests["2"]
+    assert kvm.num_cached_block["2"] == 2 and [kvm.num_cached_block[i] for i in "01"] == [1, 1]
+    # Its hash covers prompt tokens 16..29 and the two sampled outputs, which
+    # the lazy counters have not written: the sampler's ids at 30 and 31.
+    outputs = (core.sampler.token_at("2", 30), core.sampler.token_at("2", 31))
+    expected = hash((r2.block_hashes[0], (tuple(r2.prompt_token_ids[16:30]), outputs)))
+    block = kvm.req_to_blocks["2"][1]
+    assert r2.block_hashes[1] == expected == block.block_hash
+    assert kvm.block_pool.get_cached_block(expected) is block
+    monkeypatch.setattr(steady_cohort, "CHECK", True)  # the cohort check also checks the cached counts
+    assert steady_batch(core) is not None
