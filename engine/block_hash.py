@@ -38,7 +38,14 @@ def extend_block_hashes(
     outputs past those written are the sampler's (`tokens_at(request id,
     first position, count)`), drawn here."""
     hashes = request.block_hashes
-    if len(hashes) >= num_blocks:
+    have = len(hashes)
+    if have >= num_blocks:
+        return hashes
+    start = have * block_size
+    if num_blocks == have + 1 and start >= request.num_prompt_tokens + len(request._output_token_ids):
+        # The usual case: one block past the prompt and past the written outputs.
+        ids = tokens_at(request.request_id, start, block_size)
+        hashes.append(output_block_hash(hashes[-1] if hashes else None, ids))
         return hashes
     output = _SampledOutput(request, tokens_at)
     return _extend(hashes, request.prompt_token_ids, output, num_blocks * block_size, block_size)  # type: ignore[arg-type]

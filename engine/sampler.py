@@ -49,22 +49,10 @@ class DeterministicSampler:
         return 3 + (z >> 16) % (VOCAB_SIZE - 3)
 
     def tokens_at(self, request_id: str, first: int, n: int) -> list[int]:
-        """`[token_at(request_id, p) for p in range(first, first + n)]`, in one
-        loop (a block's worth of ids to hash: engine/block_hash.py)."""
-        base = self._bases.get(request_id)
-        if base is None:
-            base = self._base(request_id)
-        threshold, eos, mask, vocab = self._threshold, self.eos_token_id, _MASK64, VOCAB_SIZE - 3
-        out = []
-        z0 = base + first * 0x9E3779B97F4A7C15
-        for _ in range(n):
-            z0 += 0x9E3779B97F4A7C15
-            z = z0 & mask
-            z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
-            z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
-            z ^= z >> 31
-            out.append(eos if z < threshold else 3 + (z >> 16) % vocab)
-        return out
+        """`token_at` at positions `first` .. `first + n - 1` (a block's worth
+        of ids to hash: engine/block_hash.py)."""
+        token_at = self.token_at
+        return [token_at(request_id, p) for p in range(first, first + n)]
 
     def token_windows(self, windows: list[tuple[str, int, int]]) -> list[list[int]]:
         """`tokens_at(*w)` for each window `w` (request id, first position,

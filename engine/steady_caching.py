@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .block_hash import output_block_hash
 from .request import Request
 
 if TYPE_CHECKING:
@@ -87,21 +86,6 @@ class SteadyCaching:
 
     def step(self, j: int) -> None:
         """Cache the blocks step j completes, in running order."""
-        kvm = self.kvm
-        bs, ready, num_cached = kvm.block_size, self._ready, kvm.num_cached_block
-        req_to_blocks, cache_block = kvm.req_to_blocks, kvm.block_pool.cache_block
+        cache, tokens_at = self.kvm.cache_steady_blocks, self.tokens_at
         for r, num_tokens in self.steps[j]:
-            # The usual case in one go: one block past the prompt, none of its
-            # ids written yet (drawn above), its predecessors hashed and cached.
-            k = num_tokens // bs
-            rid = r.request_id
-            first = (k - 1) * bs
-            ids = ready.get((rid, first))
-            hashes = r.block_hashes
-            if ids is not None and len(ids) == bs and len(hashes) == k - 1 and num_cached.get(rid, 0) == k - 1:
-                block_hash = output_block_hash(hashes[-1] if hashes else None, ids)
-                hashes.append(block_hash)
-                cache_block(req_to_blocks[rid][k - 1], block_hash)
-                num_cached[rid] = k
-            else:
-                kvm.cache_steady_blocks(r, num_tokens, self.tokens_at)
+            cache(r, num_tokens, tokens_at)
