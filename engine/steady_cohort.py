@@ -37,7 +37,7 @@ cohort again.
 
 `DISAGG_SIM_CHECK_STEADY_COHORT=1` compares the cohort with one built from
 scratch at every use, and checks that every member's counters are ones the
-steady paths can have left (tests/e2e_inproc/test_fast_paths.py runs with it).
+steady paths can have left (tests/e2e_inproc/test_fast_paths*.py run with it).
 """
 
 from __future__ import annotations

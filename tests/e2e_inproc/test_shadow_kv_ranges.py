@@ -22,8 +22,8 @@ from engine.prompt import segment_key
 from engine.records import WorkloadRequest
 from engine.shadow_kv import ShadowKVStore
 
+from .fast_paths_helpers import request_view
 from .shadow_kv_tag_per_slot import ShadowKVStore as TagPerSlotStore
-from .test_fast_paths import _request_view
 
 
 # -- the two stores side by side, operation by operation -------------------------------------
@@ -119,7 +119,7 @@ def test_operation_sequences_find_every_kind_of_violation() -> None:
 
 
 # -- whole runs with either store --------------------------------------------------------------
-def _run_with(store, spec: ClusterSpec, workload: list[WorkloadRequest], seed: int):
+def run_with(store, spec: ClusterSpec, workload: list[WorkloadRequest], seed: int):
     saved = engine.node_core.ShadowKVStore
     engine.node_core.ShadowKVStore = store
     try:
@@ -202,13 +202,13 @@ def test_runs_find_the_same_with_either_store(seed: int) -> None:
     rng = random.Random(5000 + seed)
     cluster, workload = _scenario(rng)
     spec = ClusterSpec.model_validate(cluster)
-    old = _run_with(TagPerSlotStore, spec, workload, seed)
-    new = _run_with(ShadowKVStore, spec, workload, seed)
+    old = run_with(TagPerSlotStore, spec, workload, seed)
+    new = run_with(ShadowKVStore, spec, workload, seed)
     assert _findings(old) == _findings(new)
     # Everything else a run reports, the fast-forward's statistics included:
     # the stores' bad-block sets, which decide what it may forward, agree too.
     assert old.duration == new.duration
-    assert [_request_view(r) for r in old.requests] == [_request_view(r) for r in new.requests]
+    assert [request_view(r) for r in old.requests] == [request_view(r) for r in new.requests]
     assert [s.to_dict() for s in old.steps] == [s.to_dict() for s in new.steps]
     assert old.node_counters == new.node_counters
     assert old.invariant_errors == new.invariant_errors
@@ -222,7 +222,7 @@ def test_the_random_runs_cover_corruptions_hits_and_loss() -> None:
     for seed in range(SCENARIOS):
         rng = random.Random(5000 + seed)
         cluster, workload = _scenario(rng)
-        result = _run_with(ShadowKVStore, ClusterSpec.model_validate(cluster), workload, seed)
+        result = run_with(ShadowKVStore, ClusterSpec.model_validate(cluster), workload, seed)
         c = result.node_counters
         corrupt += sum(x.get("kv_corruptions_detected", 0) for x in c.values()) > 0
         hits += sum(x.get("prefix_cache_hits", 0) for x in c.values()) > 0
