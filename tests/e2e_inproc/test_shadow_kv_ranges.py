@@ -119,7 +119,7 @@ def test_operation_sequences_find_every_kind_of_violation() -> None:
 
 
 # -- whole runs with either store --------------------------------------------------------------
-def run_with(store, spec: ClusterSpec, workload: list[WorkloadRequest], seed: int):
+def _run_with(store, spec: ClusterSpec, workload: list[WorkloadRequest], seed: int):
     saved = engine.node_core.ShadowKVStore
     engine.node_core.ShadowKVStore = store
     try:
@@ -202,8 +202,8 @@ def test_runs_find_the_same_with_either_store(seed: int) -> None:
     rng = random.Random(5000 + seed)
     cluster, workload = _scenario(rng)
     spec = ClusterSpec.model_validate(cluster)
-    old = run_with(TagPerSlotStore, spec, workload, seed)
-    new = run_with(ShadowKVStore, spec, workload, seed)
+    old = _run_with(TagPerSlotStore, spec, workload, seed)
+    new = _run_with(ShadowKVStore, spec, workload, seed)
     assert _findings(old) == _findings(new)
     # Everything else a run reports, the fast-forward's statistics included:
     # the stores' bad-block sets, which decide what it may forward, agree too.
@@ -222,7 +222,7 @@ def test_the_random_runs_cover_corruptions_hits_and_loss() -> None:
     for seed in range(SCENARIOS):
         rng = random.Random(5000 + seed)
         cluster, workload = _scenario(rng)
-        result = run_with(ShadowKVStore, ClusterSpec.model_validate(cluster), workload, seed)
+        result = _run_with(ShadowKVStore, ClusterSpec.model_validate(cluster), workload, seed)
         c = result.node_counters
         corrupt += sum(x.get("kv_corruptions_detected", 0) for x in c.values()) > 0
         hits += sum(x.get("prefix_cache_hits", 0) for x in c.values()) > 0
