@@ -15,6 +15,14 @@ off and on, and 1 prefill + 1 decode node; `--prefix-caching` as there);
 a temporary worktree.
 Python's hash randomisation moves a count by well under 0.1 %. Slow: about
 45 s per 1,000 requests and count. Needs valgrind (Debian package `valgrind`).
+
+`--cache-sim` runs cachegrind's cache simulation instead and adds, per
+configuration, the run's first-level instruction and data cache misses and
+last-level misses per 1,000 instructions: why a wall-time ratio can trail the
+instruction ratio (a run that misses the first-level caches more often
+executes fewer instructions per cycle, and suffers more from neighbours on a
+shared machine). Slower still: about 3 minutes per 1,000 requests of the
+current tree, 20 for fbeab57.
 """
 
 from __future__ import annotations
@@ -35,21 +43,38 @@ from benchmarks import inproc_speed
 CONFIGS = [("agg", False), ("agg", True), ("1P1D", False)]
 
 
-def instructions(tree: Path, workload_file: str, cluster: dict, dry: bool) -> int:
+# cachegrind's summary lines: "I refs:", "I1 misses:", "D refs:", "D1 misses:", "LL misses:", ...
+_CACHEGRIND_LINE = re.compile(r"==\d+== (I|I1|D|D1|LLi|LLd|LL)\s+(refs|misses):\s+([\d,]+)")
+
+
+def counters(tree: Path, workload_file: str, cluster: dict, dry: bool, cache_sim: bool = False) -> dict[str, int]:
+    """One child under valgrind: {"I": instructions} (callgrind), or with
+    `cache_sim` cachegrind's counts ("I", "I1", "D", "D1", "LL", ...: refs
+    for I and D, misses for the others)."""
     payload = json.dumps({"workload_file": workload_file, "cluster": cluster, "dry": dry})
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    if cache_sim:
+        cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=yes", "--cachegrind-out-file=/dev/null"]
+    else:
+        cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
     cmd += [sys.executable, str(inproc_speed.HERE), "--child", payload]
     env = dict(os.environ, PYTHONPATH=str(tree))
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
-    found = re.search(r"Collected : (\d+)", proc.stderr)
-    if proc.returncode != 0 or found is None or "RESULT " not in proc.stdout:
-        raise RuntimeError(f"callgrind run in {tree} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    return int(found.group(1))
+    if cache_sim:
+        found = {m[0]: int(m[2].replace(",", "")) for m in _CACHEGRIND_LINE.findall(proc.stderr)}
+    else:
+        collected = re.search(r"Collected : (\d+)", proc.stderr)
+        found = {"I": int(collected.group(1))} if collected else {}
+    if proc.returncode != 0 or "I" not in found or "RESULT " not in proc.stdout:
+        tool = "cachegrind" if cache_sim else "callgrind"
+        raise RuntimeError(f"{tool} run in {tree} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    return found
 
 
-def run_instructions(tree: Path, workload_file: str, cluster: dict) -> int:
-    """The run's own instructions: the whole child less the same child without the run."""
-    return instructions(tree, workload_file, cluster, False) - instructions(tree, workload_file, cluster, True)
+def run_counters(tree: Path, workload_file: str, cluster: dict, cache_sim: bool = False) -> dict[str, int]:
+    """The run's own counts: the whole child less the same child without the run."""
+    whole = counters(tree, workload_file, cluster, False, cache_sim)
+    dry = counters(tree, workload_file, cluster, True, cache_sim)
+    return {k: whole[k] - dry.get(k, 0) for k in whole}
 
 
 def main() -> None:
@@ -58,6 +83,7 @@ def main() -> None:
     ap.add_argument("--old-commit", default=None, help="count this commit's aggregated shadow-off runs too")
     ap.add_argument("--workloads", default="W1,W2")
     ap.add_argument("--prefix-caching", action="store_true", help="prefix caching on (inproc_speed.py's flag)")
+    ap.add_argument("--cache-sim", action="store_true", help="cachegrind's cache misses per 1,000 instructions too")
     ap.add_argument("--record", action="store_true")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
@@ -75,7 +101,7 @@ def main() -> None:
     if subprocess.run(status, capture_output=True, text=True).stdout.strip():
         commit += " + uncommitted changes"
     old_tree = inproc_speed._worktree(args.old_commit) if args.old_commit else None
-    counts: dict[tuple[str, str, bool, str], int] = {}
+    counts: dict[tuple[str, str, bool, str], dict[str, int]] = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for w in names:
@@ -88,8 +114,9 @@ def main() -> None:
                     for side, tree in sides:
                         old = side == "old"
                         cluster = inproc_speed.cluster_dict(topo, shadow, old=old, caching=args.prefix_caching)
-                        n = counts[(w, topo, shadow, side)] = run_instructions(tree, wl, cluster)
-                        print(f"{w} {topo} shadow={'on' if shadow else 'off'} {side}: {n:,} instructions", flush=True)
+                        c = counts[(w, topo, shadow, side)] = run_counters(tree, wl, cluster, args.cache_sim)
+                        label = f"{w} {topo} shadow={'on' if shadow else 'off'} {side}"
+                        print(f"{label}: {c['I']:,} instructions{_misses_text(c)}", flush=True)
     finally:
         if old_tree is not None:
             inproc_speed._drop_worktree(old_tree)
@@ -101,9 +128,24 @@ def main() -> None:
         record_entry("## In-process runtime instructions (benchmarks/inproc_instructions.py)", text)
 
 
+_MISSES = [("I1", "I1"), ("D1", "D1"), ("LL", "LL")]  # (counter, column label): misses per 1,000 instructions
+
+
+def _per_kilo(c: dict[str, int], key: str) -> float:
+    return 1000 * c[key] / c["I"] if c["I"] else 0.0
+
+
+def _misses_text(c: dict[str, int]) -> str:
+    if "D1" not in c:
+        return ""
+    return ", misses per 1,000 instructions: " + ", ".join(f"{label} {_per_kilo(c, k):.2f}" for k, label in _MISSES)
+
+
 def _entry(args, counts: dict, names: list[str], commit: str) -> str:
+    cache_sim = args.cache_sim
     lines = [
         f"### {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — W1/W2, {args.requests} requests, instructions"
+        + (" and cache misses" if cache_sim else "")
         + (f", against {args.old_commit}" if args.old_commit else ""),
         "",
         f"Tree: {commit}. Settings of inproc_speed.py, prefix caching {'**on**' if args.prefix_caching else 'off'}. "
@@ -111,21 +153,38 @@ def _entry(args, counts: dict, names: list[str], commit: str) -> str:
         + (f" --old-commit {args.old_commit}" if args.old_commit else "")
         + (f" --workloads {args.workloads}" if args.workloads != "W1,W2" else "")
         + (" --prefix-caching" if args.prefix_caching else "")
-        + " --record`.",
+        + (" --cache-sim" if cache_sim else "")
+        + " --record`."
+        + (
+            " Counted by cachegrind's cache simulation (first-level I1 and D1, last level LL, the sizes"
+            " valgrind reads off this machine); misses per 1,000 instructions."
+            if cache_sim
+            else ""
+        ),
         "",
-        "| workload | nodes | shadow KV | tree | instructions (millions) |",
-        "|---|---|---|---|---:|",
+        "| workload | nodes | shadow KV | tree | instructions (millions) |"
+        + (" I1 misses | D1 misses | LL misses |" if cache_sim else ""),
+        "|---|---|---|---|---:|" + ("---:|---:|---:|" if cache_sim else ""),
     ]
-    for (w, topo, shadow, side), n in counts.items():
-        lines.append(f"| {w} | {topo} | {'on' if shadow else 'off'} | {side} | {n / 1e6:,.0f} |")
+    for (w, topo, shadow, side), c in counts.items():
+        row = f"| {w} | {topo} | {'on' if shadow else 'off'} | {side} | {c['I'] / 1e6:,.0f} |"
+        if cache_sim:
+            row += "".join(f" {_per_kilo(c, k):.2f} |" for k, _ in _MISSES)
+        lines.append(row)
     lines.append("")
     for w in names:
         off = counts[(w, "agg", False, "new")]
         if (w, "agg", False, "old") in counts:
             old = counts[(w, "agg", False, "old")]
-            lines.append(f"- {w}: {args.old_commit} / current (aggregated, shadow off): {old / off:.2f}x")
-        lines.append(f"- {w}: shadow on / off (aggregated): {counts[(w, 'agg', True, 'new')] / off:.3f}x")
-        lines.append(f"- {w}: 1P+1D / aggregated (shadow off): {counts[(w, '1P1D', False, 'new')] / off:.3f}x")
+            lines.append(f"- {w}: {args.old_commit} / current (aggregated, shadow off): {old['I'] / off['I']:.2f}x")
+            if cache_sim:
+                rates = ", ".join(
+                    f"{label} {_per_kilo(off, k) / _per_kilo(old, k):.2f}x" for k, label in _MISSES if old[k]
+                )
+                lines.append(f"- {w}: misses per instruction, current / {args.old_commit}: {rates}")
+        shadow_on, pd = counts[(w, "agg", True, "new")], counts[(w, "1P1D", False, "new")]
+        lines.append(f"- {w}: shadow on / off (aggregated): {shadow_on['I'] / off['I']:.3f}x")
+        lines.append(f"- {w}: 1P+1D / aggregated (shadow off): {pd['I'] / off['I']:.3f}x")
     lines.append("")
     return "\n".join(lines)
 

@@ -135,23 +135,29 @@ class ShadowKVStore(DecodeChains):
         # already had, and its later writes into these come after this.
         pending, chain = self._pending, self._chain
         slots, owned, foreign, content = self.slots, self.owned, self.foreign, self.content
+        # Hoisted per call (this runs once per block a request takes): nothing
+        # below adds a reader, and a block's content hash is only ever set with
+        # hashes to check (prefix caching), so without them it stays None.
+        has_readers = bool(readers)
+        hashes = self.expected_hash is not None
         for b, request_id in pairs:
             old = owner[b]
             if old == request_id:
                 continue
-            if old in chain:
-                # The block leaves a chained request: apply what it wrote first
-                # (that cannot mark anyone: a chained request's writes go cleanly).
-                if pending:
-                    self.settle(old)
-                chain.pop(old, None)
-            # The previous owner (and readers) may still read it through a stale table.
-            if old is not None and old not in retired:
-                bad = bad_of.get(old)
-                if bad is None:
-                    bad = bad_of[old] = set()
-                bad.add(b)
-            if b in readers:
+            if old is not None:
+                if old in chain:
+                    # The block leaves a chained request: apply what it wrote first
+                    # (that cannot mark anyone: a chained request's writes go cleanly).
+                    if pending:
+                        self.settle(old)
+                    chain.pop(old, None)
+                # The previous owner (and readers) may still read it through a stale table.
+                if old not in retired:
+                    bad = bad_of.get(old)
+                    if bad is None:
+                        bad = bad_of[old] = set()
+                    bad.add(b)
+            if has_readers and b in readers:
                 self._drop_readers(b)  # a reader taking the block over is marked too
             if bad_of:
                 mine = bad_of.get(request_id)
@@ -163,7 +169,8 @@ class ShadowKVStore(DecodeChains):
             slots[b] = None
             owned[b] = 0
             foreign[b] = 0
-            content[b] = None
+            if hashes:
+                content[b] = None
 
     def share(self, block_ids, request_id: str, first_index: int = 0) -> None:
         """`request_id` hit these blocks (block indices from `first_index`) in
@@ -252,13 +259,37 @@ class ShadowKVStore(DecodeChains):
     def write(self, request_id: str, block_table: list[int], start: int, end: int, now: float) -> None:
         """Write KV for positions [start, end) through `block_table`."""
         if self._pending:
-            self.settle_for(request_id, block_table, end)
+            self.settle(request_id)  # its own pending decode first; everyone's below if needed
         self._chain.pop(request_id, None)
         bs = self.block_size
         pos = start
         owner, owned, slots_of, base = self.owner, self.owned, self.slots, self.base
         ranged = ranges = self._ranges
         expected = self.expected_hash
+        if ranges and pos % bs == 0:
+            # The usual prefill: the owner fills its fresh blocks from slot 0,
+            # whole blocks in order. Each is what the range form below makes of
+            # an empty block it owns (base = its first position, owned = what
+            # was written), without the general case's tests.
+            idx = pos // bs
+            while pos < end:
+                block = block_table[idx]
+                if owned[block] or owner[block] != request_id or slots_of[block] is not None:
+                    break  # not fresh (or not the owner's): the general case
+                stop = pos + bs
+                if stop > end:
+                    stop = end
+                base[block] = pos
+                owned[block] = stop - pos
+                if expected is not None and stop - pos == bs:
+                    self.content[block] = expected(request_id, idx)
+                pos = stop
+                idx += 1
+        if pos < end and self._pending and not self._own_table(request_id, block_table, end):
+            # The rest may write into someone else's block: every pending
+            # decode lands first (`settle_for`). The fresh blocks above were
+            # the writer's own, which no one else's pending decode touches.
+            self.settle_all()
         while pos < end:
             idx = pos // bs
             block = block_table[idx]

@@ -39,9 +39,7 @@ class ShadowLag:
 
     def steps_done(self, first: int, ends: list[float]) -> None:
         """Steps `first`, `first + 1`, ... ended at `ends` (their decodes are owed)."""
-        step_ends = self.step_ends
-        for i, end in enumerate(ends):
-            step_ends[first + i] = end
+        self.step_ends.update(zip(range(first, first + len(ends)), ends))
 
     def catch_up(self, r: Request, upto: int) -> None:
         """Issue member `r`'s decodes of the steps after the last issued, up to `upto`."""
