@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.metrics import compute_metrics
-from bench.runner import run_one
 from bench.scenario import Scenario
 from engine.roofline import RooflineCostModel, RooflineParams
 
@@ -150,6 +149,10 @@ def simulate(point: Point, params: RooflineParams | None = None, seed: int = 0) 
     """Run `point` once in-process (virtual clock) and return vllm bench serve's means."""
     params = params or RooflineParams()
     scenario = Scenario(scenario_for(point, params, seed), source=f"bench/validation/published.yaml#{point.id}")
+    # Imported here: the runner pulls in the plots (matplotlib), which every
+    # `disagg-sim` command would otherwise load to build its parser.
+    from bench.runner import run_one
+
     run = run_one(scenario, "published", 0, "inproc")
     m = compute_metrics(run.requests).to_dict()
     blocks, floor = kv_pool(point, params)

@@ -174,3 +174,30 @@ def test_step_aggregates_overall_and_per_node():
     assert agg["per_node"]["d0"]["mean_kv_usage"] == pytest.approx(0.25, **EXACT)
     assert agg["per_node"]["p0"]["num_steps"] == 1
     assert step_aggregates([]) == {"num_steps": 0, "per_node": {}}
+
+
+def test_one_node_aggregates_equal_the_overall_ones():
+    steps = [step("d0", 0, free=10, running=2, waiting=3), step("d0", 1, free=5, running=4, deferred=2, inflight=2)]
+    agg = step_aggregates(steps)
+    per_node = agg.pop("per_node")
+    assert per_node == {"d0": agg}
+
+
+def test_peak_output_rate_counts_tokens_in_whole_seconds_from_the_first_arrival():
+    # Buckets from t0 = 0.5 (the first arrival): [0.5, 1.5) holds 1.0 and 1.4 and 1.2,
+    # [1.5, 2.5) holds 1.5 and 2.4, [2.5, 3.5) holds 2.5.
+    recs = [
+        RequestRecord("a", 0.5, 1, 3, token_times=[1.0, 1.4, 2.4], finish_time=2.4, finish_reason="length"),
+        RequestRecord("b", 1.0, 1, 3, token_times=[1.2, 1.5, 2.5], finish_time=2.5, finish_reason="length"),
+    ]
+    assert compute_metrics(recs).max_output_tokens_per_s == 3.0
+    assert compute_metrics(recs[1:]).max_output_tokens_per_s == 2.0  # t0 = 1.0: [1.0, 2.0) holds 1.2 and 1.5
+
+
+def test_step_record_dict_is_every_field_plus_kv_usage():
+    import dataclasses
+
+    s = step("d0", 3, free=4, running=2, waiting=1, deferred=1, inflight=2)
+    d = s.to_dict()
+    assert list(d) == [f.name for f in dataclasses.fields(StepRecord)] + ["kv_usage"]
+    assert d == {**dataclasses.asdict(s), "kv_usage": s.kv_usage}
