@@ -79,13 +79,20 @@ def _legend_outside(fig, axes) -> None:
         fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small", frameon=False)
 
 
-def _on_grid(steps: Sequence[StepRecord], fn: StepFn, grid: np.ndarray) -> np.ndarray:
-    """A step series (value holds until the next step) sampled on `grid`; NaN before its first step."""
+def _grid_index(steps: Sequence[StepRecord], grid: np.ndarray) -> np.ndarray:
+    """For each grid time, the index of the last step at or before it (-1: none yet)."""
+    t = np.asarray([s.time for s in steps])
+    return np.searchsorted(t, grid, side="right") - 1
+
+
+def _on_grid(steps: Sequence[StepRecord], fn: StepFn, grid: np.ndarray, idx: np.ndarray | None = None) -> np.ndarray:
+    """A step series (value holds until the next step) sampled on `grid`; NaN before its first step.
+    `idx`: `_grid_index(steps, grid)`, if already known."""
     if not steps:
         return np.full(grid.shape, np.nan)
-    t = np.asarray([s.time for s in steps])
+    if idx is None:
+        idx = _grid_index(steps, grid)
     v = np.asarray([fn(s) for s in steps], dtype=float)
-    idx = np.searchsorted(t, grid, side="right") - 1
     out = v[np.clip(idx, 0, None)]
     out[idx < 0] = np.nan
     return out
@@ -107,14 +114,22 @@ class _StepsByNode:
     per_variant_nodes: dict[str, list[dict[str, list[StepRecord]]]]
     t_end: float
     any_repeats: bool  # some variant has more than one repeat
+    grid: np.ndarray
+    # Per node's steps of one repeat (by identity): `_grid_index` of them, the same for every series.
+    grid_index: dict[int, np.ndarray]
 
     @classmethod
     def of(cls, steps_by_variant: StepsByVariant) -> _StepsByNode:
-        return cls(
-            {v: [_by_node(rep) for rep in reps] for v, reps in steps_by_variant.items()},
-            max((s.time for reps in steps_by_variant.values() for rep in reps for s in rep), default=1.0) or 1.0,
-            any(len(r) > 1 for r in steps_by_variant.values()),
-        )
+        t_end = max((s.time for reps in steps_by_variant.values() for rep in reps for s in rep), default=1.0) or 1.0
+        per_variant_nodes = {v: [_by_node(rep) for rep in reps] for v, reps in steps_by_variant.items()}
+        grid = np.linspace(0.0, t_end, GRID_POINTS)
+        index = {
+            id(steps): _grid_index(steps, grid)
+            for reps in per_variant_nodes.values()
+            for by_node in reps
+            for steps in by_node.values()
+        }
+        return cls(per_variant_nodes, t_end, any(len(r) > 1 for r in steps_by_variant.values()), grid, index)
 
 
 def _series_plot(
@@ -126,11 +141,10 @@ def _series_plot(
     baseline: str | None = None,
     outages: Mapping[str, Sequence[tuple[float, float]]] | None = None,
 ) -> Path:
-    per_variant_nodes, t_end = split.per_variant_nodes, split.t_end
+    per_variant_nodes, t_end, grid = split.per_variant_nodes, split.t_end, split.grid
     variants = list(per_variant_nodes)
     colours = variant_colours(variants, baseline)
     nodes = sorted({n for reps in per_variant_nodes.values() for r in reps for n in r})
-    grid = np.linspace(0.0, t_end, GRID_POINTS)
     fig, axes = plt.subplots(
         max(len(nodes), 1), 1, figsize=(9, 2.6 * max(len(nodes), 1) + 0.6), sharex=True, squeeze=False
     )
@@ -144,7 +158,7 @@ def _series_plot(
             if not reps:
                 continue
             for label, fn, style in series:
-                stack = np.vstack([_on_grid(rep, fn, grid) for rep in reps])
+                stack = np.vstack([_on_grid(rep, fn, grid, split.grid_index[id(rep)]) for rep in reps])
                 valid = ~np.all(np.isnan(stack), axis=0)
                 with np.errstate(all="ignore"):
                     mean = np.nanmean(np.where(valid, stack, 0.0), axis=0)

@@ -192,3 +192,20 @@ def test_bad_inputs_are_named(tmp_path):
 def test_aggregate_counters_accepts_unknown_keys():
     agg = aggregate_counters({"a": {"custom_peak": 3, "custom": 1}, "b": {"custom_peak": 2, "custom": 4}})
     assert agg["custom_peak"] == 3 and agg["custom"] == 5 and agg["num_preemptions"] == 0
+
+
+def test_step_trace_lines_are_json_dumps_of_each_record(tmp_path):
+    import random
+
+    from bench.results import write_step_trace
+
+    # Edge values included: -0.0, tiny and huge floats, huge ints, NaN and
+    # infinity (json's spelling), a bool, and a node name that needs escaping.
+    values = [0, 1, -1, 2**70, 0.0, -0.0, 1e-7, 1e16, 1.5e300, 0.1, 2 / 3, float("nan"), float("inf"), True, 7]
+    rng = random.Random(0)
+    steps = [
+        StepRecord('d"0\n' if i % 7 == 0 else "decode-0", *[rng.choice(values) for _ in range(19)]) for i in range(2000)
+    ]
+    path = tmp_path / "t.steps.jsonl"
+    write_step_trace(path, steps)
+    assert path.read_text() == "".join(json.dumps(s.to_dict()) + "\n" for s in steps)
