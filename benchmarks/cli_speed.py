@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks import inproc_speed
+from benchmarks.tree_state import machine_line, tree_label
 
 SECTION = "## CLI run end to end (benchmarks/cli_speed.py)"
 
@@ -110,19 +110,11 @@ def main() -> None:
 
 
 def _entry(args, runs: dict[str, list[dict]]) -> str:
-    commit = subprocess.run(
-        ["git", "-C", str(inproc_speed.REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    status = ["git", "-C", str(inproc_speed.REPO), "status", "--porcelain", "--untracked-files=no"]
-    if subprocess.run(status, capture_output=True, text=True).stdout.strip():
-        commit += " + uncommitted changes"
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     lines = [
         f"### {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — W1 through `disagg-sim run`, {args.requests} requests, "
         f"median of {args.repeats}" + (f", against {args.old_commit}" if args.old_commit else ""),
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}; "
-        f"load average at the end {load}. Tree: {commit}. Command: `.venv/bin/python -m benchmarks.cli_speed "
+        f"{machine_line()} Tree: {tree_label()}. Command: `.venv/bin/python -m benchmarks.cli_speed "
         f"--requests {args.requests} --repeats {args.repeats}"
         + (f" --old-commit {args.old_commit}" if args.old_commit else "")
         + " --record`.",

@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks import inproc_speed
+from benchmarks.tree_state import tree_label
 
 CONFIGS = [("agg", False), ("agg", True), ("1P1D", False)]
 
@@ -94,12 +95,7 @@ def main() -> None:
             raise SystemExit(f"--workloads: {w!r} is unknown; allowed: {', '.join(inproc_speed.WORKLOADS)}")
     if args.requests < 1:
         raise SystemExit(f"--requests={args.requests} is invalid; allowed: >= 1")
-    commit = subprocess.run(
-        ["git", "-C", str(inproc_speed.REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    status = ["git", "-C", str(inproc_speed.REPO), "status", "--porcelain", "--untracked-files=no"]
-    if subprocess.run(status, capture_output=True, text=True).stdout.strip():
-        commit += " + uncommitted changes"
+    commit = tree_label()
     old_tree = inproc_speed._worktree(args.old_commit) if args.old_commit else None
     counts: dict[tuple[str, str, bool, str], dict[str, int]] = {}
     try:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -194,14 +193,9 @@ def main() -> None:
         raise SystemExit(f"--repeats={args.repeats} is invalid; allowed: >= 1")
 
     old_tree = _worktree(args.old_commit) if args.old_commit else None
-    commit_new = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    dirty = bool(
-        subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
-        ).stdout.strip()
-    )
+    from benchmarks.tree_state import tree_label  # the parent only: a child imports nothing but what both trees have
+
+    tree = tree_label()
     # (workload, topology, shadow, side) -> list of child results
     runs: dict[tuple, list[dict]] = {}
     configs = [(w, topo, shadow) for w in names for topo in TOPOLOGIES for shadow in (False, True)]
@@ -231,7 +225,7 @@ def main() -> None:
         if old_tree is not None:
             _drop_worktree(old_tree)
 
-    text = _entry(args, runs, names, commit_new, dirty)
+    text = _entry(args, runs, names, tree)
     print(text)
     if args.record:
         from benchmarks.results_md import record_entry
@@ -251,14 +245,14 @@ def _paired(over: list[dict], under: list[dict], fmt: str) -> str:
     return f"repeat by repeat {each} (median {format(statistics.median(ratios), fmt)}x)"
 
 
-def _entry(args, runs: dict, names: list[str], commit_new: str, dirty: bool) -> str:
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+def _entry(args, runs: dict, names: list[str], tree: str) -> str:
+    from benchmarks.tree_state import machine_line
+
     lines = [
         f"### {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — W1/W2, {args.requests} requests, "
         f"median of {args.repeats}" + (f", against {args.old_commit}" if args.old_commit else ""),
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}; "
-        f"load average at the end {load}. Tree: {commit_new}{' + uncommitted changes' if dirty else ''}. "
+        f"{machine_line()} Tree: {tree}. "
         "`max_num_seqs` 128, `max_num_batched_tokens` 4096, 7,424 blocks of 16, `synthetic-8b`, prefix caching "
         f"{'**on**' if args.prefix_caching else 'off'}; W1 ShareGPT-like lengths, Poisson 10 req/s; W2 512 -> 256 "
         "tokens, Poisson 6 req/s; seed 0. "
