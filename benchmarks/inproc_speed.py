@@ -195,7 +195,7 @@ def main() -> None:
     old_tree = _worktree(args.old_commit) if args.old_commit else None
     from benchmarks.tree_state import tree_label  # the parent only: a child imports nothing but what both trees have
 
-    tree = tree_label()
+    measured = tree_label()  # (`tree` below is each side's checkout)
     # (workload, topology, shadow, side) -> list of child results
     runs: dict[tuple, list[dict]] = {}
     configs = [(w, topo, shadow) for w in names for topo in TOPOLOGIES for shadow in (False, True)]
@@ -225,7 +225,7 @@ def main() -> None:
         if old_tree is not None:
             _drop_worktree(old_tree)
 
-    text = _entry(args, runs, names, tree)
+    text = _entry(args, runs, names, measured)
     print(text)
     if args.record:
         from benchmarks.results_md import record_entry
