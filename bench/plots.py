@@ -85,13 +85,11 @@ def _grid_index(steps: Sequence[StepRecord], grid: np.ndarray) -> np.ndarray:
     return np.searchsorted(t, grid, side="right") - 1
 
 
-def _on_grid(steps: Sequence[StepRecord], fn: StepFn, grid: np.ndarray, idx: np.ndarray | None = None) -> np.ndarray:
+def _on_grid(steps: Sequence[StepRecord], fn: StepFn, grid: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """A step series (value holds until the next step) sampled on `grid`; NaN before its first step.
-    `idx`: `_grid_index(steps, grid)`, if already known."""
+    `idx`: `_grid_index(steps, grid)`."""
     if not steps:
         return np.full(grid.shape, np.nan)
-    if idx is None:
-        idx = _grid_index(steps, grid)
     v = np.asarray([fn(s) for s in steps], dtype=float)
     out = v[np.clip(idx, 0, None)]
     out[idx < 0] = np.nan

@@ -25,7 +25,7 @@ from typing import Any
 from bench.errors import InputError
 from bench.metrics import DEFAULT_PERCENTILES, compute_metrics, request_latencies, step_aggregates
 from connector.transport import PullFailure
-from engine.records import RequestRecord, StepRecord
+from engine.records import STEP_FIELDS, RequestRecord, StepRecord
 
 SCHEMA = "disagg-sim.result/1"
 CLOCKS = ("virtual", "wall")
@@ -178,9 +178,9 @@ def write_run(out_dir: str | Path, result: dict, steps: Sequence[StepRecord] = (
 # A step record's JSON line, `json.dumps(step.to_dict())` spelled out: its keys
 # never change and its values are numbers (and the node's name), and
 # formatting ~60,000 lines through json's encoder took longer than the run.
-_STEP_FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord))
-_STEP_VALUES = operator.attrgetter(*_STEP_FIELDS[1:])  # every field but `node`, first
-_STEP_LINE = "{" + ", ".join(f'"{k}": %s' for k in (*_STEP_FIELDS, "kv_usage")) + "}\n"
+_STEP_VALUES = operator.attrgetter(*STEP_FIELDS[1:])  # every field but `node`, first
+_STEP_LINE = "{" + ", ".join(f'"{k}": %s' for k in (*STEP_FIELDS, "kv_usage")) + "}\n"
+_NUMBERS = frozenset((int, float))
 
 
 def _step_line(s: StepRecord, node_json: dict[str, str]) -> str:
@@ -189,7 +189,7 @@ def _step_line(s: StepRecord, node_json: dict[str, str]) -> str:
     node = s.node
     # `%s` writes an int or a finite float exactly as json does; anything else
     # (NaN, infinity, another type) goes through json itself.
-    if type(node) is str and set(map(type, values)) <= {int, float} and all(map(math.isfinite, values)):
+    if type(node) is str and _NUMBERS.issuperset(map(type, values)) and all(map(math.isfinite, values)):
         if math.isfinite(kv):
             name = node_json.get(node)
             if name is None:

@@ -218,12 +218,13 @@ class StepRecord:
         # Every field is a plain scalar: read them directly. (`dataclasses.asdict`
         # deep-copies each value; for the ~60,000 steps of a 10,000-request run
         # that took longer than the run itself, benchmarks/cli_speed.py.)
-        d = {name: getattr(self, name) for name in _STEP_FIELDS}
+        d = {name: getattr(self, name) for name in STEP_FIELDS}
         d["kv_usage"] = self.kv_usage
         return d
 
 
-_STEP_FIELDS = tuple(f.name for f in fields(StepRecord))
+# A step record's field names, in order (its dict and JSON line: bench/results.py).
+STEP_FIELDS = tuple(f.name for f in fields(StepRecord))
 
 
 @dataclass(frozen=True)
