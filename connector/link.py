@@ -181,6 +181,11 @@ class DelayLine:
         # loss 1.0 is a partition.
         self.fault_windows: list[tuple[float, float, float]] = []
 
+    @property
+    def is_ideal(self) -> bool:
+        """`LinkSpec.is_ideal` of its (frozen) spec, worked out once."""
+        return self._ideal
+
     def add_fault(self, start: float, end: float, loss: float = 1.0) -> None:
         """Drop messages sent in [start, end) with probability `loss` (1: all)."""
         self.fault_windows.append((start, end, loss))
@@ -288,6 +293,8 @@ class Link:
         self.reverse = DelayLine(reverse_spec or spec, random.Random(f"disagg-link/{seed}/reverse"))
 
     def line(self, direction: Direction | str) -> DelayLine:
+        if direction is Direction.FORWARD:  # the usual call: no enum lookup per message
+            return self.forward
         return self.forward if Direction(direction) is Direction.FORWARD else self.reverse
 
     def transit(self, now: float, nbytes: int, direction: Direction | str = Direction.FORWARD) -> float | None:

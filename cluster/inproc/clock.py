@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import deque
 from collections.abc import Callable
 from operator import itemgetter
@@ -98,28 +99,47 @@ class EventLoop:
     def run(self, until: float | None = None, max_events: int | None = None) -> None:
         heap, ordered = self._heap, self._sorted
         fire = self._fire
-        while heap or ordered:
-            if ordered and (not heap or ordered[0] < heap[0]):  # (time, seq) decide: seqs are unique
-                time, _, fn, args = ordered[0]
-                if until is not None and time > until:
+        heappop, popleft = heapq.heappop, ordered.popleft
+        horizon = math.inf if until is None else until
+        budget = math.inf if max_events is None else max_events
+        # The count is kept in a local while the loop runs (nothing reads it
+        # meanwhile) and written back however the loop ends.
+        n = self.num_events
+        try:
+            while True:
+                # The next event: the earlier of the two queues' heads, by
+                # (time, seq) (seqs are unique, so functions are never compared).
+                if heap:
+                    event = heap[0]
+                    if ordered and ordered[0] < event:
+                        event = ordered[0]
+                        if event[0] > horizon:
+                            break
+                        popleft()
+                    else:
+                        if event[2] is fire and event[3][0].cancelled:
+                            heappop(heap)  # a cancelled timer: time does not move for it
+                            self._cancelled -= 1
+                            continue
+                        if event[0] > horizon:
+                            break
+                        heappop(heap)
+                elif ordered:
+                    event = ordered[0]
+                    if event[0] > horizon:
+                        break
+                    popleft()
+                else:
                     break
-                ordered.popleft()
-            else:
-                time, _, fn, args = heap[0]
-                if fn is fire and args[0].cancelled:
-                    heapq.heappop(heap)  # a cancelled timer: time does not move for it
-                    self._cancelled -= 1
-                    continue
-                if until is not None and time > until:
-                    break
-                heapq.heappop(heap)
-            self._now = time
-            fn(*args)
-            self.num_events += 1
-            if max_events is not None and self.num_events >= max_events:
-                raise RuntimeError(
-                    f"event budget of {max_events} exhausted at t={self._now:.3f}s: the run does not converge"
-                )
+                self._now = event[0]
+                event[2](*event[3])
+                n += 1
+                if n >= budget:
+                    raise RuntimeError(
+                        f"event budget of {max_events} exhausted at t={self._now:.3f}s: the run does not converge"
+                    )
+        finally:
+            self.num_events = n
 
     def advance_to(self, t: float) -> None:
         """Run every event due by `t`, then move the clock to `t` (a wall-paced

@@ -132,7 +132,7 @@ class SteadyDecodeForwarder:
         batch = steady_batch(core, admitting=True)
         if batch is None:
             return False
-        if not is_quiet(core) or not cluster._proxy_links[node.name][1].line.spec.is_ideal:
+        if not is_quiet(core) or not cluster._proxy_links[node.name][1].line.is_ideal:
             return self._admission_step(batch)
         loop = cluster.loop
         horizon, arrival = self._limits()

@@ -123,3 +123,53 @@ def test_events_scheduled_in_bulk_from_a_running_event_run_once_in_that_run():
     loop.at(2.0, lambda: loop.at_each([2.5], ran.append, [(2.5,)]))
     loop.run()
     assert ran == [1.0, 2.5, 3.0] and loop.pending == 0
+
+
+def test_run_until_stops_before_later_events_of_either_queue_and_resumes_them():
+    loop = EventLoop()
+    ran: list[str] = []
+    loop.at_each([1.0, 3.0], ran.append, [("bulk-1",), ("bulk-3",)])
+    loop.at(2.0, ran.append, "heap-2")
+    loop.at(4.0, ran.append, "heap-4")
+    loop.run(until=2.0)  # an event at exactly `until` runs
+    assert ran == ["bulk-1", "heap-2"]
+    assert loop.now() == 2.0 and loop.num_events == 2
+    loop.advance_to(3.5)
+    assert ran == ["bulk-1", "heap-2", "bulk-3"]
+    assert loop.now() == 3.5
+    loop.run()
+    assert ran[-1] == "heap-4" and loop.num_events == 4
+
+
+def test_the_event_budget_stops_a_run_that_does_not_converge_and_counts_what_ran():
+    loop = EventLoop()
+
+    def again() -> None:
+        loop.call_soon(again)
+
+    loop.call_soon(again)
+    try:
+        loop.run(max_events=25)
+    except RuntimeError as err:
+        assert "event budget of 25 exhausted" in str(err)
+    else:
+        raise AssertionError("the budget did not stop the run")
+    assert loop.num_events == 25
+
+
+def test_an_event_that_raises_leaves_the_count_at_the_events_that_completed():
+    loop = EventLoop()
+    loop.at(1.0, lambda: None)
+
+    def boom() -> None:
+        raise ValueError("handler failed")
+
+    loop.at(2.0, boom)
+    loop.at(3.0, lambda: None)
+    try:
+        loop.run()
+    except ValueError:
+        pass
+    assert loop.num_events == 1 and loop.now() == 2.0
+    loop.run()  # the rest of the queue runs on
+    assert loop.num_events == 2 and loop.now() == 3.0
