@@ -96,6 +96,7 @@ def main() -> None:
     if args.requests < 1:
         raise SystemExit(f"--requests={args.requests} is invalid; allowed: >= 1")
     commit = tree_label()
+    inproc_speed.precompile(inproc_speed.REPO)  # a change since the last run would be compiled in the first count
     old_tree = inproc_speed._worktree(args.old_commit) if args.old_commit else None
     counts: dict[tuple[str, str, bool, str], dict[str, int]] = {}
     try:
@@ -108,7 +109,7 @@ def main() -> None:
                     if old_tree is not None and topo == "agg" and not shadow:
                         sides.insert(0, ("old", old_tree))
                     for side, tree in sides:
-                        old = side == "old"
+                        old = side == "old" and not inproc_speed.knows_prefix_caching(tree)
                         cluster = inproc_speed.cluster_dict(topo, shadow, old=old, caching=args.prefix_caching)
                         c = counts[(w, topo, shadow, side)] = run_counters(tree, wl, cluster, args.cache_sim)
                         label = f"{w} {topo} shadow={'on' if shadow else 'off'} {side}"
