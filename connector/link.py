@@ -293,8 +293,10 @@ class Link:
         self.reverse = DelayLine(reverse_spec or spec, random.Random(f"disagg-link/{seed}/reverse"))
 
     def line(self, direction: Direction | str) -> DelayLine:
-        if direction is Direction.FORWARD:  # the usual call: no enum lookup per message
+        if direction is Direction.FORWARD:  # the usual calls: no enum lookup per message
             return self.forward
+        if direction is Direction.REVERSE:
+            return self.reverse
         return self.forward if Direction(direction) is Direction.FORWARD else self.reverse
 
     def transit(self, now: float, nbytes: int, direction: Direction | str = Direction.FORWARD) -> float | None:

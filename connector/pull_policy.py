@@ -123,14 +123,23 @@ class PullSession:
             return Failed(self._last_failure, self._last_reason)
         self.attempts += 1
         spec = self.spec
+        first = spec.first_block_index
+        missing = self.missing
+        if len(missing) == len(spec.remote_block_ids):  # every block (a first attempt): no gather
+            remote, local = tuple(spec.remote_block_ids), tuple(spec.local_block_ids)
+            indices = tuple(range(first, first + len(missing)))
+        else:
+            remote = tuple(spec.remote_block_ids[i] for i in missing)
+            local = tuple(spec.local_block_ids[i] for i in missing)
+            indices = tuple(first + i for i in missing)
         return PullAttempt(
             request_id=spec.request_id,
             remote_request_id=spec.remote_request_id,
             remote_address=spec.remote_address,
-            remote_block_ids=tuple(spec.remote_block_ids[i] for i in self.missing),
-            local_block_ids=tuple(spec.local_block_ids[i] for i in self.missing),
+            remote_block_ids=remote,
+            local_block_ids=local,
             # Prompt positions: a local prefix-cache hit covers the blocks before `first`.
-            block_indices=tuple(self.spec.first_block_index + i for i in self.missing),
+            block_indices=indices,
             num_tokens=spec.num_tokens,
             number=self.attempts,
             timeout_s=min(self.policy.attempt_timeout_s, remaining),
@@ -144,10 +153,11 @@ class PullSession:
         self.num_bytes += result.num_bytes
         first = self.spec.first_block_index
         landed = {i - first for i in result.landed}
+        if landed.issuperset(self.missing):  # the usual end: everything missing landed
+            self.missing = []
+            return Landed()
         progressed = bool(landed & set(self.missing))
         self.missing = [i for i in self.missing if i not in landed]
-        if not self.missing:
-            return Landed()
         failure = result.failure or PullFailure.PROTOCOL_ERROR
         reason = result.reason or "the attempt ended with blocks missing"
         if result.final:

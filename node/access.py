@@ -1,7 +1,9 @@
 """Who may touch a held request's KV blocks, without I/O.
 
-A producer gives every request whose blocks it holds a ticket: an HMAC of
-the request id under the node's `ticket_key`. The ticket travels in the
+A producer gives every request whose blocks it holds a ticket: a MAC of
+the request id under the node's `ticket_key` (keyed BLAKE2b, RFC 7693's MAC
+mode: one C call, a quarter of `hmac.new`'s cost, which was ~2 % of a 1P+1D
+in-process run). The ticket travels in the
 request's `kv_transfer_params` (`kv_ticket`) to the proxy and on to the one
 decode node the proxy routes the request to; nobody else learns it, and it
 cannot be guessed from the request id. A pull or a done report must carry
@@ -25,7 +27,9 @@ REMEMBERED_RELEASES = 10_000
 
 
 def make_ticket(key: bytes, request_id: str) -> str:
-    return hmac.new(key, b"kv-ticket\0" + request_id.encode(), hashlib.sha256).hexdigest()[:32]
+    if len(key) > 64:  # BLAKE2b's longest key (the runtimes' keys are 32 bytes)
+        key = hashlib.blake2b(key).digest()
+    return hashlib.blake2b(b"kv-ticket\0" + request_id.encode(), key=key, digest_size=16).hexdigest()
 
 
 class AccessList:

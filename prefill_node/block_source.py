@@ -39,9 +39,12 @@ class HeldBlockSource:
         return [position[b] for b in block_ids], prompt_len
 
     def check_blocks(self, request_id: str, block_ids: Sequence[int]) -> int:
+        """The prompt tokens the blocks hold: a whole block each, but the
+        prompt's last one (which may be part full), once per time it is named."""
         positions, prompt_len = self._read(request_id, block_ids)
         bs = self.core.block_size
-        return sum(min(bs, prompt_len - i * bs) for i in positions)
+        last = (prompt_len - 1) // bs  # positions index the prompt's blocks: none is past it
+        return bs * len(positions) - (bs * (last + 1) - prompt_len) * positions.count(last)
 
     def get_blocks(self, request_id: str, block_ids: Sequence[int]) -> list[bytes]:
         return list(self.iter_blocks(request_id, block_ids))

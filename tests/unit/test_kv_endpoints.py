@@ -62,3 +62,14 @@ def test_the_block_source_serves_held_blocks_and_refuses_anything_else():
         source.get_blocks("nobody", [held[0]])
     with pytest.raises(UnknownBlockError):
         source.check_blocks("r", [max(held) + 1])
+
+
+@pytest.mark.parametrize("prompt_len", [1, 15, 16, 17, 40, 48])
+def test_the_block_source_counts_each_named_blocks_tokens_as_its_payload_holds_them(prompt_len):
+    """`check_blocks` is the tokens of the payloads `get_blocks` would build:
+    a whole block each but the prompt's last, in any order, repeats counted."""
+    core, held = _producer_with_a_held_prompt(prompt_len)
+    source = HeldBlockSource(core, 64, lambda: 0.0)
+    for named in (held, held[::-1], held[-1:] * 3 + held[:1], held[:1]):
+        payload_bytes = sum(len(b) for b in source.get_blocks("r", named))
+        assert source.check_blocks("r", named) * 64 == payload_bytes
