@@ -170,6 +170,8 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
             cohort.settle(self)
 
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
+        if not (self.running or self.waiting or self.kv_holding_waiting) and fast_paths.enabled():
+            return self._schedule_nothing()
         self.settle_steady()
         self.current_step += 1
         self.steady_epoch += 1  # the steady-decode cohort is stale now
@@ -326,6 +328,28 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
         scheduler_output.sched_step_seq = self.sched_step_seq
         self._update_after_schedule(scheduler_output)
         return scheduler_output
+
+    def _schedule_nothing(self) -> SchedulerOutput:
+        """`schedule()` with no request running or waiting (engine/fast_paths.py):
+        what the full pass leaves, without walking its empty queues — a
+        prefill node does this about once per request, between a prompt's step
+        and the done report that frees its held blocks. The step still counts,
+        reports the requests finished since the last one, and carries the
+        connector's metadata."""
+        self.settle_steady()
+        self.current_step += 1
+        self.steady_epoch += 1
+        self.kv_cache_manager.new_step_starts()
+        self.prefill_capacity_bound = False  # the waiting pass's verdict: no request waits
+        so = SchedulerOutput(
+            [], CachedRequestData(), {}, 0, {}, [0], self.finished_req_ids, self.reset_preempted_req_ids,
+            step_index=self.current_step,
+        )  # fmt: skip
+        if self.connector is not None:
+            so.kv_connector_metadata = self.connector.build_connector_meta(so)
+        so.sched_step_seq = self.sched_step_seq
+        self._update_after_schedule(so)
+        return so
 
     def _make_scheduler_output(
         self,
