@@ -171,18 +171,21 @@ class EventLoop:
         # cancelled timer when few live events are in the heap).
         limit = ahead[-1] if len(ahead) == k else None
         out: list[tuple[float, int, Callable, tuple]] = []
-        if heap:
+        if heap and (limit is None or heap[0] < limit):
             n = len(heap)
+            heappush, heappop = heapq.heappush, heapq.heappop
             frontier = [(heap[0], 0)]  # entries are unique by (time, seq): functions are never compared
             while frontier and len(out) < k:
-                event, i = heapq.heappop(frontier)
-                if limit is not None and event > limit:
-                    break
+                event, i = heappop(frontier)
                 if event[2] is not fire or not event[3][0].cancelled:
                     out.append(event)
-                for child in (2 * i + 1, 2 * i + 2):
-                    if child < n:
-                        heapq.heappush(frontier, (heap[child], child))
+                # Children past the limit cannot be among the first k: not walked.
+                child = 2 * i + 1
+                if child < n and (limit is None or heap[child] < limit):
+                    heappush(frontier, (heap[child], child))
+                child += 1
+                if child < n and (limit is None or heap[child] < limit):
+                    heappush(frontier, (heap[child], child))
         if ahead:
             out = sorted(out + ahead)[:k]  # at most 2k entries, unique by (time, seq)
         return out
