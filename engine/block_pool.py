@@ -175,16 +175,22 @@ class BlockPool:
             FreeBlockQueue(self.blocks, self.blocks[1:]) if enable_caching else FreeBlockStack(self.blocks[1:])
         )
         # The prefix cache: content hash -> the block holding it. vLLM keeps
-        # duplicates (two blocks with one hash) and returns the first cached.
-        self.cached_block_hash_to_block: dict[BlockHash, dict[int, KVCacheBlock]] = {}
+        # duplicates (two blocks with one hash) and returns the first cached:
+        # those hashes map to {block id: block} in caching order. A hash held
+        # by one block (nearly all) maps to the block itself: no dict per
+        # cached block (every decode block is cached; -1.3 % of W1's
+        # instructions with prefix caching on).
+        self.cached_block_hash_to_block: dict[BlockHash, KVCacheBlock | dict[int, KVCacheBlock]] = {}
 
     def get_num_free_blocks(self) -> int:
         return len(self.free_block_queue)
 
     # -- the prefix cache --------------------------------------------------------
     def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
-        blocks = self.cached_block_hash_to_block.get(block_hash)
-        return next(iter(blocks.values())) if blocks else None
+        held = self.cached_block_hash_to_block.get(block_hash)
+        if isinstance(held, dict):
+            return next(iter(held.values()))  # duplicates: the first cached
+        return held
 
     def cache_full_blocks(
         self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[BlockHash], num_cached: int, num_full: int
@@ -198,11 +204,14 @@ class BlockPool:
         if block.is_null or block.block_hash is not None:
             return
         block.block_hash = block_hash
-        same = self.cached_block_hash_to_block.get(block_hash)
+        cache = self.cached_block_hash_to_block
+        same = cache.get(block_hash)
         if same is None:
-            self.cached_block_hash_to_block[block_hash] = {block.block_id: block}
-        else:
+            cache[block_hash] = block
+        elif isinstance(same, dict):
             same[block.block_id] = block
+        else:
+            cache[block_hash] = {same.block_id: same, block.block_id: block}  # the first cached first
 
     def _evict(self, block: KVCacheBlock) -> bool:
         """Drop a block's hash from the cache (it is about to be reused)."""
@@ -210,11 +219,16 @@ class BlockPool:
         if block_hash is None:
             return False
         block.block_hash = None
-        same = self.cached_block_hash_to_block.get(block_hash)
-        if same is not None:
+        cache = self.cached_block_hash_to_block
+        same = cache.get(block_hash)
+        if same is block:
+            del cache[block_hash]
+        elif isinstance(same, dict):
             same.pop(block.block_id, None)
-            if not same:
-                del self.cached_block_hash_to_block[block_hash]
+            if len(same) == 1:
+                cache[block_hash] = next(iter(same.values()))
+            elif not same:
+                del cache[block_hash]
         return True
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:

@@ -78,6 +78,30 @@ def test_freed_cached_blocks_go_to_the_tail_tail_first_and_are_evicted_from_the_
     assert taken[-1].block_hash is None
 
 
+def test_blocks_sharing_a_hash_are_kept_and_the_first_cached_is_the_hit():
+    """vLLM keeps duplicates (two blocks with one hash, e.g. two requests
+    computing the same prompt in one step) and returns the first cached;
+    evicting one leaves the others, in caching order."""
+    pool = BlockPool(8, enable_caching=True)
+    a, b, c = pool.get_new_blocks(3)
+    for blk in (a, b, c):
+        pool.cache_block(blk, 42)
+    pool.cache_block(a, 43)  # a block already hashed keeps its entry
+    assert pool.get_cached_block(42) is a and a.block_hash == 42
+    assert len(pool.cached_block_hash_to_block) == 1
+    pool.free_blocks([a, b, c])
+    pool._evict(b)
+    assert pool.get_cached_block(42) is a
+    pool._evict(a)
+    assert pool.get_cached_block(42) is c
+    pool.cache_block(b, 42)
+    assert pool.get_cached_block(42) is c  # still the first cached of those left
+    pool._evict(c)
+    pool._evict(b)
+    assert pool.get_cached_block(42) is None and pool.cached_block_hash_to_block == {}
+    assert not pool._evict(b)  # no hash: nothing to evict
+
+
 def test_a_hit_takes_a_free_block_out_of_the_queue_and_counts_against_free_blocks():
     kvm = KVCacheManager(num_gpu_blocks=6, block_size=16, max_model_len=512, enable_caching=True)
     a, b = create_requests(2, max_tokens=1, prompt_token_ids=[prompt(1, 64), prompt(1, 64)])
