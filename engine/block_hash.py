@@ -83,19 +83,28 @@ def _extend(
     """Append the hashes of the full blocks of prompt + output up to `num_tokens`."""
     num_prompt = len(prompt)
     block_key = getattr(prompt, "block_key", None)
+    # A prompt of one segment (every prompt of its own): its block keys are
+    # plain tuples, built here without a call per block (`PromptTokens.block_key`).
+    key = prompt.single_key() if block_key else None  # type: ignore[attr-defined]
     parent = hashes[-1] if hashes else None
     for i in range(len(hashes), num_tokens // block_size):
         start = i * block_size
         end = start + block_size
         content: object
         if end <= num_prompt:
-            content = block_key(start, end) if block_key else tuple(prompt[start:end])
+            if key is not None:
+                content = (key, start, block_size)
+            else:
+                content = block_key(start, end) if block_key else tuple(prompt[start:end])
         elif start >= num_prompt:
             parent = output_block_hash(parent, output[start - num_prompt : end - num_prompt])
             hashes.append(parent)
             continue
         else:
-            head = block_key(start, num_prompt) if block_key else tuple(prompt[start:num_prompt])
+            if key is not None:
+                head: object = (key, start, num_prompt - start)
+            else:
+                head = block_key(start, num_prompt) if block_key else tuple(prompt[start:num_prompt])
             content = (head, tuple(output[: end - num_prompt]))
         parent = hash((parent, content))
         hashes.append(parent)

@@ -103,6 +103,11 @@ class PromptTokens(Sequence[int]):
             raise IndexError(index)
         return self._token(index)
 
+    def single_key(self) -> int | None:
+        """The key of a prompt of one segment (then `block_key(start, end)` is
+        `(key, start, end - start)`), else None."""
+        return self.segments[0][0] if len(self._starts) == 1 else None
+
     def block_key(self, start: int, end: int) -> tuple:
         """What stands for the tokens [start, end) when hashing a block."""
         i = bisect_right(self._starts, start) - 1
