@@ -3,8 +3,10 @@
 deferred block-free fence and a switch between the cascade fix (PR #49675)
 and the pre-fix retry.
 
-The waiting-queue pass lives in `waiting_pass.py`; output processing, frees
-and the fence drain in `output_processor.py`; this module builds steps.
+The waiting-queue pass lives in `waiting_pass.py`; a step's `SchedulerOutput`
+and the bookkeeping once it is scheduled in `step_output.py`; output
+processing, frees and the fence drain in `output_processor.py`; this module
+builds steps.
 """
 
 from __future__ import annotations
@@ -17,14 +19,15 @@ from .counters import SchedulerCounters
 from .kv_cache_manager import NO_NEW_BLOCKS, KVCacheBlocks, KVCacheManager, cdiv
 from .kv_connector.base import KVConnectorBase
 from .output_processor import OutputProcessorMixin
-from .outputs import CachedRequestData, NewRequestData, SchedulerOutput
+from .outputs import CachedRequestData, SchedulerOutput
 from .request import Request, RequestStatus
 from .request_queue import create_request_queue
 from .steady_cohort import SteadyCohort
+from .step_output import StepOutputMixin
 from .waiting_pass import WaitingPassMixin
 
 
-class Scheduler(WaitingPassMixin, OutputProcessorMixin):
+class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
     def __init__(self, vllm_config: VllmConfig, connector: KVConnectorBase | None = None) -> None:
         self.vllm_config = vllm_config
         sc = self.scheduler_config = vllm_config.scheduler_config
@@ -172,9 +175,7 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         if not (self.running or self.waiting or self.kv_holding_waiting) and fast_paths.enabled():
             return self._schedule_nothing()
-        self.settle_steady()
-        self.current_step += 1
-        self.steady_epoch += 1  # the steady-decode cohort is stale now
+        self._step_begins()
         scheduled_new_reqs: list[Request] = []
         scheduled_resumed_reqs: list[Request] = []
         scheduled_running_reqs: list[Request] = []
@@ -184,7 +185,6 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
         token_budget = self.max_num_scheduled_tokens
         input_budget = self.scheduler_config.max_num_batched_tokens
         kvm = self.kv_cache_manager
-        kvm.new_step_starts()
 
         defer_prefills = (throttle_prefills and not self.prefill_capacity_bound) and any(
             not r.is_prefill_chunk for r in self.running
@@ -321,12 +321,7 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
             num_scheduled_tokens,
             total_num_scheduled_tokens,
         )
-        if self.connector is not None:
-            scheduler_output.kv_connector_metadata = self.connector.build_connector_meta(scheduler_output)
-        if self.defer_block_free and total_num_scheduled_tokens > 0:
-            self.sched_step_seq += 1
-        scheduler_output.sched_step_seq = self.sched_step_seq
-        self._update_after_schedule(scheduler_output)
+        self._seal(scheduler_output)
         return scheduler_output
 
     def _schedule_nothing(self) -> SchedulerOutput:
@@ -336,75 +331,14 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin):
         and the done report that frees its held blocks. The step still counts,
         reports the requests finished since the last one, and carries the
         connector's metadata."""
-        self.settle_steady()
-        self.current_step += 1
-        self.steady_epoch += 1
-        self.kv_cache_manager.new_step_starts()
+        self._step_begins()
         self.prefill_capacity_bound = False  # the waiting pass's verdict: no request waits
         so = SchedulerOutput(
             [], CachedRequestData(), {}, 0, {}, [0], self.finished_req_ids, self.reset_preempted_req_ids,
             step_index=self.current_step,
         )  # fmt: skip
-        if self.connector is not None:
-            so.kv_connector_metadata = self.connector.build_connector_meta(so)
-        so.sched_step_seq = self.sched_step_seq
-        self._update_after_schedule(so)
+        self._seal(so)
         return so
-
-    def _make_scheduler_output(
-        self,
-        scheduled_new_reqs: list[Request],
-        scheduled_running_reqs: list[Request],
-        scheduled_resumed_reqs: list[Request],
-        req_to_new_blocks: dict[str, KVCacheBlocks],
-        num_scheduled_tokens: dict[str, int],
-        total_num_scheduled_tokens: int,
-    ) -> SchedulerOutput:
-        """The step's `SchedulerOutput` (also for the steady step, engine/steady_step.py)."""
-        return SchedulerOutput(
-            scheduled_new_reqs=self._make_new_request_data(scheduled_new_reqs, req_to_new_blocks),
-            scheduled_cached_reqs=self._make_cached_request_data(
-                scheduled_running_reqs, scheduled_resumed_reqs, req_to_new_blocks
-            ),
-            num_scheduled_tokens=num_scheduled_tokens,
-            total_num_scheduled_tokens=total_num_scheduled_tokens,
-            scheduled_spec_decode_tokens={},
-            num_common_prefix_blocks=[0],
-            finished_req_ids=self.finished_req_ids,
-            preempted_req_ids=self.reset_preempted_req_ids,
-            step_index=self.current_step,
-        )
-
-    @staticmethod
-    def _make_new_request_data(reqs: list[Request], req_to_new_blocks: dict) -> list[NewRequestData]:
-        return [
-            NewRequestData(
-                req.request_id,
-                req.num_prompt_tokens,
-                req_to_new_blocks[req.request_id].get_block_ids(),
-                req.num_computed_tokens,
-            )
-            for req in reqs
-        ]
-
-    def _make_cached_request_data(
-        self,
-        running_reqs: list[Request],
-        resumed_reqs: list[Request],
-        req_to_new_blocks: dict[str, KVCacheBlocks],
-    ) -> CachedRequestData:
-        data = CachedRequestData()
-        for req in running_reqs:
-            data.req_ids.append(req.request_id)
-            blocks = req_to_new_blocks[req.request_id].blocks
-            data.new_block_ids.append([b.block_id for b in blocks] if blocks else None)
-            data.num_computed_tokens.append(req.num_computed_tokens)
-        for req in resumed_reqs:
-            data.req_ids.append(req.request_id)
-            data.resumed_req_ids.add(req.request_id)
-            data.new_block_ids.append(req_to_new_blocks[req.request_id].get_block_ids())
-            data.num_computed_tokens.append(req.num_computed_tokens)
-        return data
 
     def _preempt_request(self, request: Request, drop_stale_output: bool | None = None) -> None:
         """Put a RUNNING request back at the head of `waiting` (the caller has

@@ -93,16 +93,11 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
     # `_update_after_schedule` for the steady requests: their counters are
     # written lazily (`SteadyCohort.settle`).
     so.steady = SteadyPart(batch, new_blocks, core.sampler.token_at, batch.finishing(1), s.steady_epoch)
-    if s.connector is not None:
-        so.kv_connector_metadata = s.connector.build_connector_meta(so)
-    if s.defer_block_free:
-        s.sched_step_seq += 1
-    so.sched_step_seq = s.sched_step_seq
     cohort = batch.cohort
     cohort.owed = cohort.in_flight = True
     if cohort.shadow_lag is not None:
         cohort.shadow_lag.in_flight = True  # its decode runs when it ends (the runner's `finish_step`)
-    s._update_after_schedule(so)
+    s._seal(so)  # the step has tokens (`total` counts the steady ones): it takes the fence's next number
     return so
 
 
