@@ -166,9 +166,13 @@ class DelayLine:
 
     def __init__(self, spec: LinkSpec, rng: random.Random) -> None:
         self.spec = spec
-        self._rng = rng
+        self._stream = rng
+        # Draws of `random()` owed to the stream: an ideal line's messages
+        # draw nothing that matters, so they only count what they would have
+        # taken, and the stream moves on when it is next read (`_rng`).
+        self._owed = 0
         # An ideal line (the spec is frozen) is plain arithmetic: `transit` then
-        # only keeps the counters and the random stream (see `_transit_ideal`).
+        # only keeps the counters and counts the draws it owes the stream.
         self._ideal = spec.is_ideal
         self._draws = 3 if spec.jitter_distribution == "normal" else 2
         self._bytes_per_s = None if spec.bandwidth_MBps is None else spec.bandwidth_MBps * BYTES_PER_MB
@@ -180,6 +184,14 @@ class DelayLine:
         # Faults added during a run (chaos mode): (start, end, loss) windows;
         # loss 1.0 is a partition.
         self.fault_windows: list[tuple[float, float, float]] = []
+
+    @property
+    def _rng(self) -> random.Random:
+        """The line's random stream, moved on by the draws owed to it first."""
+        if self._owed:
+            skip_draws(self._stream, self._owed)
+            self._owed = 0
+        return self._stream
 
     @property
     def is_ideal(self) -> bool:
@@ -202,7 +214,14 @@ class DelayLine:
             and now < math.inf
             and not self.fault_windows
         ):
-            return self._transit_ideal(now, nbytes)
+            # In order, no fault window: the message arrives when sent; the
+            # same counters, and the draws (none of which could change
+            # anything here) owed to the stream. Inline: it runs per message.
+            self._owed += self._draws
+            self.sent += 1
+            self.delivered_bytes += nbytes
+            self._wire_free = self._last_arrival = now
+            return now
         if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
             raise ValueError(f"transit: now must be a finite time in seconds, got {now!r}")
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
@@ -225,16 +244,6 @@ class DelayLine:
         self.delivered_bytes += nbytes
         return arrival
 
-    def _transit_ideal(self, now: float, nbytes: int) -> float:
-        """`transit` on an ideal line, in order and with no fault window: the
-        message arrives when sent; the same draws from the random stream
-        (none of them can change anything here), the same counters."""
-        skip_draws(self._rng, self._draws)
-        self.sent += 1
-        self.delivered_bytes += nbytes
-        self._wire_free = self._last_arrival = now
-        return now
-
     def transit_ideal_run(self, times: list[float], sizes: list[int]) -> bool:
         """`transit(t, n)` for each (t, n) at once, when that is plain
         arithmetic: an ideal line with no fault window, sent in time order
@@ -246,7 +255,7 @@ class DelayLine:
             return False
         if times[0] < self._wire_free or times[0] < self._last_arrival or times != sorted(times):
             return False
-        skip_draws(self._rng, len(times) * self._draws)
+        self._owed += len(times) * self._draws
         self.sent += len(times)
         self.delivered_bytes += sum(sizes)
         self._wire_free = self._last_arrival = times[-1]
@@ -335,12 +344,25 @@ class ReliableLine:
         self.retransmissions = 0
 
     def transit(self, now: float, nbytes: int) -> float | None:
-        t, rto = now, self.rto_initial_s
-        for _ in range(MAX_RETRANSMISSIONS + 1):
+        arrival = self.line.transit(now, nbytes)
+        if arrival is None:
+            arrival = self._retransmit(now, nbytes)
+            if arrival is None:
+                return None
+        if arrival < self._last:
+            arrival = self._last
+        self._last = arrival
+        return arrival
+
+    def _retransmit(self, now: float, nbytes: int) -> float | None:
+        """The send at `now` was dropped: TCP sends again after its
+        retransmission timeout, doubling it each time, up to
+        `MAX_RETRANSMISSIONS` times; None when they are all dropped."""
+        self.retransmissions += 1
+        t, rto = now + self.rto_initial_s, min(self.rto_initial_s * 2, RTO_MAX_S)
+        for _ in range(MAX_RETRANSMISSIONS):
             arrival = self.line.transit(t, nbytes)
             if arrival is not None:
-                arrival = max(arrival, self._last)
-                self._last = arrival
                 return arrival
             self.retransmissions += 1
             t, rto = t + rto, min(rto * 2, RTO_MAX_S)

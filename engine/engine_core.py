@@ -169,23 +169,25 @@ class EngineCore:
         so = plan.scheduler_output
         num_running, num_waiting = s.get_request_counts()
         num_preemptions, num_zero_progress = s.get_preemption_totals()
+        # Positional (the field order of `StepRecord`): keyword matching of
+        # sixteen arguments costs more than the rest of the record, per step.
         record = StepRecord(
-            node=self.name,
-            time=now,
-            step_index=so.step_index,
-            batch_size=plan.shape.batch_size,
-            num_scheduled_tokens=so.total_num_scheduled_tokens,
-            num_prefill_tokens=plan.shape.prefill_tokens,
-            num_decode_tokens=plan.shape.decode_tokens,
-            num_running=num_running,
-            num_waiting=num_waiting,
-            num_waiting_for_remote_kvs=s.num_waiting_for_remote_kvs(),
-            num_free_blocks=s.get_num_free_gpu_blocks(),
-            num_deferred_blocks=s.num_deferred_free_blocks(),
-            num_total_blocks=s.get_num_total_gpu_blocks(),
-            batches_in_flight=len(self.batch_queue),
-            num_preemptions_total=num_preemptions,
-            num_zero_progress_preemptions_total=num_zero_progress,
+            self.name,
+            now,
+            so.step_index,
+            plan.shape.batch_size,
+            so.total_num_scheduled_tokens,
+            plan.shape.prefill_tokens,
+            plan.shape.decode_tokens,
+            num_running,
+            num_waiting,
+            s.num_waiting_for_remote_kvs(),
+            s.get_num_free_gpu_blocks(),
+            s.num_deferred_free_blocks(),
+            s.get_num_total_gpu_blocks(),
+            len(self.batch_queue),
+            num_preemptions,
+            num_zero_progress,
         )
         self.step_records.append(record)
         if self.on_step is not None:

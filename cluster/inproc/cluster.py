@@ -153,7 +153,8 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
         self._in_flight += 1
         now = self.loop.now()
         self.records[w.request_id] = RequestRecord(w.request_id, now, w.prompt_len, w.output_len, w.priority)
-        self._log("arrive", w.request_id)
+        if self.trace_enabled:
+            self._log("arrive", w.request_id)
         if self.prefill_nodes and self.prefill_router is None:
             self._finish(w.request_id, "error")  # every prefill node is gone
             return

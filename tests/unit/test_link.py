@@ -209,6 +209,11 @@ def test_directions_have_independent_streams_and_optionally_their_own_spec():
         link.transit(0.0, 0, "sideways")
 
 
+# A line's random stream and the draws it owes it (`DelayLine._rng` settles
+# them): compared by the next draw, not by state.
+STREAM = ("_stream", "_owed")
+
+
 @pytest.mark.parametrize("distribution", ["normal", "uniform"])
 def test_transit_all_in_bulk_on_an_ideal_line_leaves_what_message_by_message_leaves(distribution):
     from connector.link import ReliableLine
@@ -219,8 +224,8 @@ def test_transit_all_in_bulk_on_an_ideal_line_leaves_what_message_by_message_lea
     assert bulk.transit_all(times, sizes) == times
     assert [single.transit(t, n) for t, n in zip(times, sizes)] == times
     for a, b in ((bulk, single), (bulk.line, single.line)):
-        assert {k: v for k, v in vars(a).items() if k not in ("line", "_rng")} == {
-            k: v for k, v in vars(b).items() if k not in ("line", "_rng")
+        assert {k: v for k, v in vars(a).items() if k not in ("line",) + STREAM} == {
+            k: v for k, v in vars(b).items() if k not in ("line",) + STREAM
         }
     assert bulk.line._rng.random() == single.line._rng.random()  # the same draws were made
 
@@ -256,8 +261,8 @@ def test_transit_on_an_ideal_line_takes_the_arithmetic_and_leaves_what_the_gener
     general._ideal = False  # the general path, draw by draw
     sends = [(0.25, 10), (0.25, 0), (1, 64), (0.5, 8), (2.0, 3)]  # an int time, then one before the last arrival
     assert [fast.transit(t, n) for t, n in sends] == [general.transit(t, n) for t, n in sends]
-    assert {k: v for k, v in vars(fast).items() if k != "_rng"} == {
-        k: v for k, v in vars(general).items() if k != "_rng"
+    assert {k: v for k, v in vars(fast).items() if k not in STREAM} == {
+        k: v for k, v in vars(general).items() if k not in STREAM
     } | {"_ideal": True}
     assert fast._rng.random() == general._rng.random()
     with pytest.raises(ValueError, match="nbytes"):
@@ -271,3 +276,36 @@ def test_skip_draws_leaves_the_stream_where_that_many_random_calls_do(n):
         one_by_one.random()
     skip_draws(skipped, n)
     assert one_by_one.getstate() == skipped.getstate()
+
+
+def test_an_ideal_line_owes_its_draws_and_pays_them_before_the_stream_is_read():
+    import random
+
+    spec = LinkSpec()
+    line = Link(spec, seed=6).forward
+    for t in (0.0, 1.0, 2.0):
+        line.transit(t, 10)
+    assert line._owed == 3 * line._draws  # nothing drawn yet
+    line.add_fault(5.0, 6.0, loss=1.0)  # from now on the general path draws
+    assert line.transit(3.0, 10) == 3.0
+    assert line._owed == 0
+    reference = random.Random("disagg-link/6/forward")
+    for _ in range(4 * line._draws):
+        reference.random()
+    assert line._rng.random() == reference.random()
+
+
+def test_a_dropped_send_is_resent_with_a_doubling_timeout_until_the_connection_breaks():
+    from connector.link import MAX_RETRANSMISSIONS, RTO_INITIAL_S, RTO_MAX_S, ReliableLine
+
+    healed = ReliableLine(Link(LinkSpec(), seed=1).forward)
+    healed.line.add_fault(0.0, 1.0, loss=1.0)
+    expected, t, rto = 0, 0.5, RTO_INITIAL_S
+    while t < 1.0:
+        expected, t, rto = expected + 1, t + rto, min(rto * 2, RTO_MAX_S)
+    assert healed.transit(0.5, 1) == t
+    assert healed.retransmissions == expected
+    broken = ReliableLine(Link(LinkSpec(), seed=1).forward)
+    broken.line.add_fault(0.0, 1e9, loss=1.0)
+    assert broken.transit(0.0, 1) is None
+    assert broken.retransmissions == MAX_RETRANSMISSIONS + 1
