@@ -229,8 +229,9 @@ class DelayLine:
         self.sent += 1
         # A fixed number of draws per message, lost or not, so the delay of
         # message k does not depend on the loss rate or on the outage windows.
-        loss_draw = self._rng.random()
-        delay_s = self._sample_delay_ms() / 1000.0
+        rng = self._rng  # (pays the owed draws once)
+        loss_draw = rng.random()
+        delay_s = self._sample_delay_ms(rng) / 1000.0
         faulted = any(start <= now < end and loss_draw < loss for start, end, loss in self.fault_windows)
         if loss_draw < self.spec.loss or self.spec.in_outage(now) or faulted:
             # Dropped before it reaches the wire (like netem's loss): it does
@@ -261,23 +262,23 @@ class DelayLine:
         self._wire_free = self._last_arrival = times[-1]
         return True
 
-    def _sample_delay_ms(self) -> float:
+    def _sample_delay_ms(self, rng: random.Random) -> float:
         spec = self.spec
         if spec.jitter_ms == 0:
             # The draws a jittered sample takes, so later messages see the
             # same stream; the sample itself is the delay.
-            self._rng.random()
+            rng.random()
             if spec.jitter_distribution == "normal":
-                self._rng.random()
+                rng.random()
             return max(0.0, spec.delay_ms)
         if spec.jitter_distribution == "normal":
             # One uniform pair through Box-Muller keeps the draw count fixed.
-            u1 = 1.0 - self._rng.random()  # (0, 1]: log is finite
-            u2 = self._rng.random()
+            u1 = 1.0 - rng.random()  # (0, 1]: log is finite
+            u2 = rng.random()
             z = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
             sample = spec.delay_ms + spec.jitter_ms * z
         else:
-            sample = spec.delay_ms + spec.jitter_ms * (2.0 * self._rng.random() - 1.0)
+            sample = spec.delay_ms + spec.jitter_ms * (2.0 * rng.random() - 1.0)
         return max(0.0, sample)
 
 
