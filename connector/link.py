@@ -153,10 +153,20 @@ class LinkSpec:
         return bool(self.outages) and any(start <= t < end for start, end in self.outages)
 
 
+# Draws skipped per `getrandbits` call: a line that owes the draws of a long
+# run's messages would otherwise build one integer of that many bits (10M
+# draws: 80 MB) when its stream is next read.
+SKIP_CHUNK = 4096
+
+
 def skip_draws(rng: random.Random, n: int) -> None:
     """Move `rng` on by `n` calls of `random()` at once: each takes two
-    32-bit words of the Mersenne Twister, and `getrandbits(64 * n)` takes
-    2n (tests/unit/test_link.py checks the states match)."""
+    32-bit words of the Mersenne Twister, and `getrandbits(64 * k)` takes
+    2k (tests/unit/test_link.py checks the states match), in chunks of at
+    most `SKIP_CHUNK` draws."""
+    while n > SKIP_CHUNK:
+        rng.getrandbits(64 * SKIP_CHUNK)
+        n -= SKIP_CHUNK
     if n > 0:
         rng.getrandbits(64 * n)
 

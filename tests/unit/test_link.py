@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from connector.link import Direction, Link, LinkSpec, skip_draws
+from connector.link import SKIP_CHUNK, Direction, Link, LinkSpec, skip_draws
 
 
 def spaced_arrivals(link: Link, n: int, gap_s: float = 1.0, nbytes: int = 0) -> list[float | None]:
@@ -269,7 +269,7 @@ def test_transit_on_an_ideal_line_takes_the_arithmetic_and_leaves_what_the_gener
         fast.transit(3.0, -1)
 
 
-@pytest.mark.parametrize("n", [0, 1, 2, 7, 1000])
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 1000, SKIP_CHUNK, SKIP_CHUNK + 1, 3 * SKIP_CHUNK + 5])
 def test_skip_draws_leaves_the_stream_where_that_many_random_calls_do(n):
     one_by_one, skipped = random.Random("link"), random.Random("link")
     for _ in range(n):
