@@ -19,7 +19,7 @@ from .counters import SchedulerCounters
 from .kv_cache_manager import NO_NEW_BLOCKS, KVCacheBlocks, KVCacheManager, cdiv
 from .kv_connector.base import KVConnectorBase
 from .output_processor import OutputProcessorMixin
-from .outputs import CachedRequestData, SchedulerOutput
+from .outputs import SchedulerOutput
 from .request import Request, RequestStatus
 from .request_queue import create_request_queue
 from .steady_cohort import SteadyCohort
@@ -333,10 +333,7 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
         connector's metadata."""
         self._step_begins()
         self.prefill_capacity_bound = False  # the waiting pass's verdict: no request waits
-        so = SchedulerOutput(
-            [], CachedRequestData(), {}, 0, {}, [0], self.finished_req_ids, self.reset_preempted_req_ids,
-            step_index=self.current_step,
-        )  # fmt: skip
+        so = self._make_scheduler_output([], [], [], {}, {}, 0)
         self._seal(so)
         return so
 
