@@ -3,10 +3,10 @@ node: what a run of 1 prefill + 1 decode node spends beyond the aggregated
 run, and on which side of the hand-over.
 
     .venv/bin/python -m benchmarks.inproc_breakdown [--workload W1] [--requests 4000]
-        [--repeats 3] [--shadow] [--record]
+        [--repeats 3] [--shadow] [--prefix-caching] [--record]
 
 The workloads and cluster settings are benchmarks/inproc_speed.py's (prefix
-caching off). Each run times every event the loop dispatches, by the
+caching off; `--prefix-caching`: on, the engine's default). Each run times every event the loop dispatches, by the
 handler it calls and the node it concerns (a handler that starts more work,
 such as a step's end that schedules the next step or fast-forward, is
 charged with all of it), and counts per request what the run did: events,
@@ -150,14 +150,14 @@ def instrument(loop: Any, executors: dict[int, str], times: defaultdict[str, flo
     loop.at, loop.at_each = timed_at, timed_at_each
 
 
-def one_run(workload: str, n: int, topology: str, shadow: bool) -> dict:
+def one_run(workload: str, n: int, topology: str, shadow: bool, caching: bool = False) -> dict:
     from cluster.inproc.cluster import InProcCluster
     from cluster.inproc.collector import collector_paused
     from cluster.spec import ClusterSpec
     from engine.records import WorkloadRequest
 
     wl = [WorkloadRequest(r[0], r[1], r[2], r[3]) for r in workload_rows(workload, n)]
-    spec = ClusterSpec.model_validate(cluster_dict(topology, shadow, old=False))
+    spec = ClusterSpec.model_validate(cluster_dict(topology, shadow, old=False, caching=caching))
     times: defaultdict[str, float] = defaultdict(float)
     counts: Counter = Counter()
     with collector_paused():
@@ -197,6 +197,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=4000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--shadow", action="store_true", help="shadow KV on")
+    ap.add_argument("--prefix-caching", action="store_true", help="prefix caching on (the engine's default)")
     ap.add_argument("--record", action="store_true")
     args = ap.parse_args()
     if args.requests < 1 or args.repeats < 1:
@@ -204,7 +205,7 @@ def main() -> None:
     runs: dict[str, list[dict]] = {t: [] for t in TOPOLOGIES}
     for i in range(args.repeats):
         for topology in TOPOLOGIES:
-            r = one_run(args.workload, args.requests, topology, args.shadow)
+            r = one_run(args.workload, args.requests, topology, args.shadow, args.prefix_caching)
             runs[topology].append(r)
             print(f"repeat {i + 1}: {topology} {r['wall']:.2f} s", flush=True)
     text = _entry(args, runs)
@@ -250,13 +251,13 @@ def _per_request(by_node: dict[str, float], n: int, against: float | None = None
 def _entry(args: argparse.Namespace, runs: dict[str, list[dict]]) -> str:
     n = args.requests
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    shadow = " --shadow" if args.shadow else ""
+    flags = (" --shadow" if args.shadow else "") + (" --prefix-caching" if args.prefix_caching else "")
     lines = [
         f"### {stamp} — {args.workload}, {n} requests, shadow KV {'on' if args.shadow else 'off'}, "
-        f"median of {args.repeats}",
+        f"prefix caching {'on' if args.prefix_caching else 'off'}, median of {args.repeats}",
         "",
         f"{machine_line()} Tree: {tree_label()}. Settings of inproc_speed.py. Command: `.venv/bin/python -m "
-        f"benchmarks.inproc_breakdown --workload {args.workload} --requests {n} --repeats {args.repeats}{shadow}"
+        f"benchmarks.inproc_breakdown --workload {args.workload} --requests {n} --repeats {args.repeats}{flags}"
         f"{' --record' if args.record else ''}`.",
         "",
         "| nodes | handler [node] | events / request | µs / event | µs / request | share of run |",

@@ -13,12 +13,13 @@ from cluster.spec import ClusterSpec
 from engine.records import WorkloadRequest
 
 
-@pytest.mark.parametrize("topology", ["agg", "1P1D"])
-def test_timed_run_is_the_plain_run(topology: str) -> None:
+@pytest.mark.parametrize(("topology", "caching"), [("agg", False), ("1P1D", False), ("1P1D", True)])
+def test_timed_run_is_the_plain_run(topology: str, caching: bool) -> None:
     n = 150
     wl = [WorkloadRequest(*r) for r in workload_rows("W1", n)]
-    plain = run_inproc(ClusterSpec.model_validate(cluster_dict(topology, False, old=False)), wl, seed=0)
-    timed = one_run("W1", n, topology, shadow=False)
+    spec = ClusterSpec.model_validate(cluster_dict(topology, False, old=False, caching=caching))
+    plain = run_inproc(spec, wl, seed=0)
+    timed = one_run("W1", n, topology, shadow=False, caching=caching)
     result = timed["result"]
     assert [s.to_dict() for s in result.steps] == [s.to_dict() for s in plain.steps]
     assert [(r.request_id, r.output_token_ids, r.token_times) for r in result.requests] == [
