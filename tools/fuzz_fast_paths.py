@@ -27,31 +27,25 @@ import engine.steady_cohort as steady_cohort
 from cluster.spec import ClusterSpec
 from engine.records import WorkloadRequest
 from tests.e2e_inproc.fast_paths_helpers import assert_identical, random_scenario, run_both
+from tests.e2e_inproc.test_fast_paths import _poisson, _steady_cluster
 from tests.e2e_inproc.test_fast_paths_faults import _scenario_with_faults, run_with
 
 KINDS = ("random", "faults", "steady")
 
 
 def steady_scenario(rng: random.Random) -> tuple[ClusterSpec, list[WorkloadRequest]]:
-    """A synchronous v1 cluster in steady decode most of the time, with Poisson arrivals."""
-    engine = {
-        "num_gpu_blocks": rng.choice([300, 800, 3000]),
-        "max_num_seqs": rng.choice([8, 32, 128]),
-        "max_num_batched_tokens": rng.choice([512, 2048]),
-        "enable_prefix_caching": rng.random() < 0.5,
-        "block_size": rng.choice([4, 8, 16]),
-    }
-    spec = ClusterSpec.model_validate(
-        {
-            "prefill": {"count": rng.choice([0, 1]), "engine": dict(engine)},
-            "decode": {"count": 1, "engine": dict(engine)},
-            "shadow_kv": rng.random() < 0.5,
-        }
+    """A synchronous v1 cluster in steady decode most of the time, with Poisson
+    arrivals: test_fast_paths.py's steady scenario, with more of it drawn."""
+    spec = _steady_cluster(
+        rng.choice([0, 1]),
+        rng.random() < 0.5,
+        num_gpu_blocks=rng.choice([300, 800, 3000]),
+        max_num_seqs=rng.choice([8, 32, 128]),
+        max_num_batched_tokens=rng.choice([512, 2048]),
+        enable_prefix_caching=rng.random() < 0.5,
+        block_size=rng.choice([4, 8, 16]),
     )
-    rate, t, workload = rng.choice([2.0, 10.0, 40.0]), 0.0, []
-    for i in range(rng.randint(30, 150)):
-        t += rng.expovariate(rate)
-        workload.append(WorkloadRequest(f"q{i}", t, rng.randint(8, 600), rng.randint(1, 400)))
+    workload = _poisson(rng.randint(30, 150), rng.choice([2.0, 10.0, 40.0]), rng.randrange(2**31), out=(1, 400))
     return spec, workload
 
 
