@@ -2,7 +2,7 @@
 
 disagg-sim run [SCENARIO | RESULT.json] [--runtime inproc|ray] [--set k=v ...] [--only VARIANT ...]
                [--address ADDR] [--net-delay MS] [--jitter MS] [--bandwidth MBPS] [--loss P]
-               [--repeats N] [--out DIR] [--overwrite] [--pace X] [--metrics-port PORT] [--log-stats [S]]
+               [--repeats N] [--jobs N] [--out DIR] [--overwrite] [--pace X] [--metrics-port PORT] [--log-stats [S]]
 disagg-sim compare [LABEL=]RESULTS ... [--threshold EXPR ...] [--baseline VARIANT] [--metric M ...] [--json PATH]
 disagg-sim validate SCENARIO
 disagg-sim schema [--markdown | --json | --metrics SCENARIO]
@@ -147,7 +147,7 @@ def prepare_out_dir(out: str | None, scenario_name: str, overwrite: bool) -> Pat
 
 def cmd_run(args) -> int:
     from . import provenance
-    from .runner import run_scenario
+    from .runner import check_jobs, run_scenario
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     scenario = _load_for_run(args.scenario)
@@ -174,11 +174,14 @@ def cmd_run(args) -> int:
         raise InputError(
             f"--pace {args.pace:g}: only in-process runs have a virtual clock to pace; allowed: runtime inproc"
         )
+    check_jobs(args.jobs, runtime, args.metrics_port, args.log_stats, args.pace)
     out = prepare_out_dir(args.out, scenario.name, args.overwrite)
     variants = args.only or scenario.variant_names
     console.print(
         f"[bold]{scenario.name}[/]: {len(variants)} variant(s) × {scenario.file.repeats} repeat(s) "
-        f"on {runtime}" + (f" ({args.address})" if args.address else ""),
+        f"on {runtime}"
+        + (f" ({args.address})" if args.address else "")
+        + (f", {args.jobs} at once" if args.jobs > 1 else ""),
         highlight=False,
     )
     if scenario.file.description:
@@ -212,6 +215,7 @@ def cmd_run(args) -> int:
         provenance=provenance.collect(),
         only=args.only,
         pace=args.pace,
+        jobs=args.jobs,
     )
     clock = outcome.results[0]["clock"] if outcome.results else "?"
     described = {
@@ -308,6 +312,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--bandwidth", type=_number("float", 0, lo_open=True), metavar="MBPS", help="KV link cap, MB/s")
     r.add_argument("--loss", type=_number("float", 0, 0.999999), metavar="P", help="KV link message loss probability")
     r.add_argument("--repeats", type=_number("int", 1, 1000), help="override the number of repeats")
+    r.add_argument(
+        "--jobs",
+        type=_number("int", 1, 64),
+        default=1,
+        metavar="N",
+        help="in-process only: run up to N of the variant x repeat runs at once, in worker processes "
+        "(same results; default 1)",
+    )
     r.add_argument("--out", help="output directory (default: a new results/<scenario>-<time>)")
     r.add_argument("--overwrite", action="store_true", help="let --out name a directory that holds a previous run")
     r.add_argument("--debug-invariants", action="store_true", help="check block conservation after every step")

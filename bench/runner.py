@@ -144,6 +144,80 @@ class RunCrashed(RuntimeError):
         self.out_dir: Path | None = None
 
 
+def check_jobs(jobs: int, runtime: str, metrics_port: int | None, log_interval: float | None, pace) -> None:
+    """Runs in worker processes only where nothing in this process watches a run as it goes."""
+    if jobs == 1:
+        return
+    if jobs < 1:
+        raise InputError(f"--jobs {jobs}: invalid; allowed: an integer >= 1")
+    if runtime != "inproc":
+        raise InputError(
+            f"--jobs {jobs}: a Ray run uses the Ray cluster's processes; allowed: --jobs 1 with runtime {runtime}, "
+            "or --runtime inproc"
+        )
+    watched = [
+        flag
+        for flag, on in (
+            ("--metrics-port", metrics_port is not None),
+            ("--log-stats", bool(log_interval)),
+            ("--pace", pace is not None),
+        )
+        if on
+    ]
+    if watched:
+        raise InputError(
+            f"--jobs {jobs} with {', '.join(watched)}: these watch a run from this process as it goes; allowed: "
+            f"--jobs 1 with {', '.join(watched)}, or --jobs {jobs} without"
+        )
+
+
+def _each_run(scenario, keys, runtime, handle, debug_invariants, observer, pace, jobs, starting):
+    """(variant, repeat, run, wall seconds) for each key, in order: run here
+    one after another, or (`jobs` > 1) in worker processes. A run that
+    raises ends the sweep as `RunCrashed` (bad input as itself)."""
+    if jobs > 1 and len(keys) > 1:
+        from .parallel_runs import runs_in_workers
+
+        futures = runs_in_workers(scenario, keys, jobs, debug_invariants)
+        try:
+            for variant, repeat, future in futures:
+                starting(variant, repeat)
+                try:
+                    run, wall = future.result()
+                except (InputError, KeyboardInterrupt):
+                    raise
+                except Exception as err:
+                    raise RunCrashed(variant, repeat, err) from err
+                yield variant, repeat, run, wall
+        finally:
+            futures.close()
+        return
+    for variant, repeat in keys:
+        starting(variant, repeat)
+        t0 = time.monotonic()
+        if observer is not None:
+            observer.begin_run(variant=variant, repeat=repeat, pace=pace)
+        try:
+            run = run_one(scenario, variant, repeat, runtime, handle, debug_invariants, observer)
+        except (InputError, KeyboardInterrupt):
+            raise
+        except Exception as err:
+            raise RunCrashed(variant, repeat, err) from err
+        wall = time.monotonic() - t0
+        if observer is not None:
+            observer.sync_counters(run.node_counters)
+        yield variant, repeat, run, wall
+
+
+def _naming_out_dir(runs, out_dir: Path | None):
+    """`runs`; a crash names the output directory (the runs before it are there)."""
+    try:
+        yield from runs
+    except RunCrashed as crash:
+        crash.out_dir = out_dir
+        raise
+
+
 def run_scenario(
     scenario: Scenario,
     runtime: str | None = None,
@@ -158,12 +232,14 @@ def run_scenario(
     only: list[str] | None = None,
     pace: float | None = None,
     ray_handle=None,
+    jobs: int = 1,
 ) -> ScenarioOutcome:
     """Every variant x repeat (`only`: a subset of the variants), each result
     written as it lands, then the table, thresholds, plots and report.html.
     On Ray: `ray_handle`, an open `RayClusterHandle` to run on (several
     calls can share one); by default one is launched, or attached to at
-    `address`, for this call."""
+    `address`, for this call. `jobs` > 1: in-process runs go to that many
+    worker processes at once (bench/parallel_runs.py), with the same results."""
     console = console or Console()
     runtime = runtime or scenario.file.runtime
     outcome = ScenarioOutcome()
@@ -176,6 +252,7 @@ def run_scenario(
         raise InputError(
             f"--pace {pace:g}: only in-process runs have a virtual clock to pace; allowed with --runtime inproc"
         )
+    check_jobs(jobs, runtime, metrics_port, log_interval, pace)
 
     observer = _observer_for_run(scenario, variants, runtime, metrics_port, log_interval, console)
     ray_ctx = None
@@ -196,68 +273,59 @@ def run_scenario(
             transient=False,
         ) as bar:
             task = bar.add_task(f"{scenario.name} on {runtime}", total=total)
-            for variant in variants:
-                for repeat in range(scenario.file.repeats):
-                    bar.update(task, description=f"{scenario.name}: {variant} r{repeat}")
-                    t0 = time.monotonic()
-                    if observer is not None:
-                        observer.begin_run(variant=variant, repeat=repeat, pace=pace)
-                    try:
-                        run = run_one(scenario, variant, repeat, runtime, handle, debug_invariants, observer)
-                    except (InputError, KeyboardInterrupt):
-                        raise
-                    except Exception as err:
-                        crash = RunCrashed(variant, repeat, err)
-                        crash.out_dir = outcome.out_dir
-                        raise crash from err
-                    wall = time.monotonic() - t0
-                    if observer is not None:
-                        observer.sync_counters(run.node_counters)
-                    wall_run = None
-                    if runtime == "ray":
-                        from .wall_twin import to_model_time
+            keys = [(variant, repeat) for variant in variants for repeat in range(scenario.file.repeats)]
 
-                        add_request_distortion(run, scenario, variant, repeat)
-                        wall_run, run = run, to_model_time(run)
-                    outcome.runs[(variant, repeat)] = run
-                    for err in run.invariant_errors:
-                        outcome.invariant_errors.append(f"{variant} r{repeat}: {err}")
-                    result = build_result(
-                        records=run.requests,
-                        scenario=scenario.name,
-                        variant=variant,
-                        clock=run.clock,
-                        repeat=repeat,
-                        seed=scenario.file.seed + repeat,
-                        steps=run.steps,
-                        counters_by_node=run.node_counters,
-                        percentiles=report.percentiles,
-                        duration=run.duration,
-                        include_requests=report.include_requests,
-                        extra={
-                            "runtime": runtime,
-                            "wall_seconds": wall,
-                            "invariant_errors": run.invariant_errors[:20],
-                            "violations": run.violations[:20],
-                            **({"pace": pace} if pace is not None else {}),
-                            **run.extra,
-                        },
-                    )
-                    if wall_run is not None:
-                        from .wall_twin import LATENCY_CLOCK, wall_clock_metrics
+            def starting(variant: str, repeat: int) -> None:
+                bar.update(task, description=f"{scenario.name}: {variant} r{repeat}")
 
-                        result["latency_clock"] = LATENCY_CLOCK
-                        wall_metrics = compute_metrics(wall_run.requests, duration=wall_run.duration).to_dict()
-                        result["wall_clock"] = wall_clock_metrics(wall_metrics, wall_run.extra.get("time_scale", 1.0))
-                    result["scenario_config"] = scenario_config(scenario, variant, runtime)
-                    if provenance is not None:
-                        result["provenance"] = provenance
-                    if _has_v0_node(scenario.cluster(variant)) or _has_v0_node_anywhere(scenario):
-                        result["v0_run_record"] = v0_run_record(result, scenario.cluster(variant), run)
-                    outcome.results.append(result)
-                    if outcome.out_dir is not None:
-                        write_run(outcome.out_dir, result, run.steps)
-                    bar.advance(task)
+            runs = _each_run(scenario, keys, runtime, handle, debug_invariants, observer, pace, jobs, starting)
+            runs = _naming_out_dir(runs, outcome.out_dir)
+            for variant, repeat, run, wall in runs:
+                wall_run = None
+                if runtime == "ray":
+                    from .wall_twin import to_model_time
+
+                    add_request_distortion(run, scenario, variant, repeat)
+                    wall_run, run = run, to_model_time(run)
+                outcome.runs[(variant, repeat)] = run
+                for err in run.invariant_errors:
+                    outcome.invariant_errors.append(f"{variant} r{repeat}: {err}")
+                result = build_result(
+                    records=run.requests,
+                    scenario=scenario.name,
+                    variant=variant,
+                    clock=run.clock,
+                    repeat=repeat,
+                    seed=scenario.file.seed + repeat,
+                    steps=run.steps,
+                    counters_by_node=run.node_counters,
+                    percentiles=report.percentiles,
+                    duration=run.duration,
+                    include_requests=report.include_requests,
+                    extra={
+                        "runtime": runtime,
+                        "wall_seconds": wall,
+                        "invariant_errors": run.invariant_errors[:20],
+                        "violations": run.violations[:20],
+                        **({"pace": pace} if pace is not None else {}),
+                        **run.extra,
+                    },
+                )
+                if wall_run is not None:
+                    from .wall_twin import LATENCY_CLOCK, wall_clock_metrics
+
+                    result["latency_clock"] = LATENCY_CLOCK
+                    wall_metrics = compute_metrics(wall_run.requests, duration=wall_run.duration).to_dict()
+                    result["wall_clock"] = wall_clock_metrics(wall_metrics, wall_run.extra.get("time_scale", 1.0))
+                result["scenario_config"] = scenario_config(scenario, variant, runtime)
+                if provenance is not None:
+                    result["provenance"] = provenance
+                if _has_v0_node(scenario.cluster(variant)) or _has_v0_node_anywhere(scenario):
+                    result["v0_run_record"] = v0_run_record(result, scenario.cluster(variant), run)
+                outcome.results.append(result)
+                if outcome.out_dir is not None:
+                    write_run(outcome.out_dir, result, run.steps)
+                bar.advance(task)
         if observer is not None and hold_metrics > 0 and observer.urls:
             console.print(f"serving /metrics for {hold_metrics:g}s: " + ", ".join(observer.urls.values()))
             time.sleep(hold_metrics)
