@@ -16,7 +16,6 @@ from cluster.run_result import RunResult
 from .compare import format_compare_table, format_threshold_table, summarize
 from .errors import InputError
 from .metrics import compute_metrics
-from .plots import plot_scenario
 from .results import build_result, write_run
 from .scenario import Scenario
 from .thresholds import evaluate_thresholds
@@ -361,6 +360,7 @@ def run_scenario(
             console.print(f"  {err}", markup=False)
     if report.plots and outcome.out_dir is not None:
         from .html_report import write_html_report
+        from .plots import plot_scenario  # matplotlib: imported only to plot (not by a sweep's worker processes)
 
         plot_dir = outcome.out_dir / "plots"
         outcome.plots = plot_scenario(outcome.runs, variants, baseline, plot_dir, outage_windows(scenario, variants))
