@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -170,51 +171,110 @@ def check_jobs(jobs: int, runtime: str, metrics_port: int | None, log_interval: 
         )
 
 
-def _each_run(scenario, keys, runtime, handle, debug_invariants, observer, pace, jobs, starting):
-    """(variant, repeat, run, wall seconds) for each key, in order: run here
-    one after another, or (`jobs` > 1) in worker processes. A run that
-    raises ends the sweep as `RunCrashed` (bad input as itself)."""
-    if jobs > 1 and len(keys) > 1:
-        from .parallel_runs import runs_in_workers
+@dataclass
+class Sweep:
+    """How a scenario's runs are run and recorded (`run_scenario`): the
+    same here and in a worker process (bench/parallel_runs.py)."""
 
-        futures = runs_in_workers(scenario, keys, jobs, debug_invariants)
+    scenario: Scenario
+    runtime: str
+    ray_handle: object = None
+    debug_invariants: bool = False
+    observer: object = None
+    pace: float | None = None
+    provenance: dict | None = None
+    out_dir: Path | None = None
+
+    def runs(self, keys: list[tuple[str, int]], jobs: int, starting) -> Iterator[tuple[str, int, RunResult, dict]]:
+        """(variant, repeat, run, results JSON) for each key, in order, the
+        files written: run here one after another, or (`jobs` > 1) in worker
+        processes. `starting(variant, repeat)` is told of each in turn. A
+        run that raises ends the sweep as `RunCrashed` (bad input as itself)."""
+        if jobs > 1 and len(keys) > 1:
+            from .parallel_runs import runs_in_workers
+
+            futures = runs_in_workers(replace(self, observer=None, ray_handle=None), keys, jobs)
+            try:
+                for variant, repeat, future in futures:
+                    starting(variant, repeat)
+                    yield variant, repeat, *self._crashing_as_run(variant, repeat, future.result)
+            finally:
+                futures.close()
+            return
+        for variant, repeat in keys:
+            starting(variant, repeat)
+            yield variant, repeat, *self._crashing_as_run(variant, repeat, self.finished_run, variant, repeat)
+
+    def _crashing_as_run(self, variant: str, repeat: int, fn, *args):
+        """`fn(*args)`; anything but bad input or Ctrl-C raised as `RunCrashed`
+        of this run, naming the output directory (the runs before it are there)."""
         try:
-            for variant, repeat, future in futures:
-                starting(variant, repeat)
-                try:
-                    run, wall = future.result()
-                except (InputError, KeyboardInterrupt):
-                    raise
-                except Exception as err:
-                    raise RunCrashed(variant, repeat, err) from err
-                yield variant, repeat, run, wall
-        finally:
-            futures.close()
-        return
-    for variant, repeat in keys:
-        starting(variant, repeat)
-        t0 = time.monotonic()
-        if observer is not None:
-            observer.begin_run(variant=variant, repeat=repeat, pace=pace)
-        try:
-            run = run_one(scenario, variant, repeat, runtime, handle, debug_invariants, observer)
+            return fn(*args)
         except (InputError, KeyboardInterrupt):
             raise
         except Exception as err:
-            raise RunCrashed(variant, repeat, err) from err
+            crash = RunCrashed(variant, repeat, err)
+            crash.out_dir = self.out_dir
+            raise crash from err
+
+    def finished_run(self, variant: str, repeat: int) -> tuple[RunResult, dict]:
+        """One run, its results JSON, and its files written."""
+        t0 = time.monotonic()
+        observer = self.observer
+        if observer is not None:
+            observer.begin_run(variant=variant, repeat=repeat, pace=self.pace)  # type: ignore[attr-defined]
+        run = run_one(self.scenario, variant, repeat, self.runtime, self.ray_handle, self.debug_invariants, observer)
         wall = time.monotonic() - t0
         if observer is not None:
-            observer.sync_counters(run.node_counters)
-        yield variant, repeat, run, wall
+            observer.sync_counters(run.node_counters)  # type: ignore[attr-defined]
+        run, result = self.result_of_run(variant, repeat, run, wall)
+        if self.out_dir is not None:
+            write_run(self.out_dir, result, run.steps)
+        return run, result
 
+    def result_of_run(self, variant: str, repeat: int, run: RunResult, wall: float) -> tuple[RunResult, dict]:
+        """A run's results JSON; a Ray run is moved to model time first (its
+        wall-clock figures kept beside)."""
+        scenario, runtime, report = self.scenario, self.runtime, self.scenario.file.report
+        wall_run = None
+        if runtime == "ray":
+            from .wall_twin import to_model_time
 
-def _naming_out_dir(runs, out_dir: Path | None):
-    """`runs`; a crash names the output directory (the runs before it are there)."""
-    try:
-        yield from runs
-    except RunCrashed as crash:
-        crash.out_dir = out_dir
-        raise
+            add_request_distortion(run, scenario, variant, repeat)
+            wall_run, run = run, to_model_time(run)
+        result = build_result(
+            records=run.requests,
+            scenario=scenario.name,
+            variant=variant,
+            clock=run.clock,
+            repeat=repeat,
+            seed=scenario.file.seed + repeat,
+            steps=run.steps,
+            counters_by_node=run.node_counters,
+            percentiles=report.percentiles,
+            duration=run.duration,
+            include_requests=report.include_requests,
+            extra={
+                "runtime": runtime,
+                "wall_seconds": wall,
+                "invariant_errors": run.invariant_errors[:20],
+                "violations": run.violations[:20],
+                **({"pace": self.pace} if self.pace is not None else {}),
+                **run.extra,
+            },
+        )
+        if wall_run is not None:
+            from .wall_twin import LATENCY_CLOCK, wall_clock_metrics
+
+            result["latency_clock"] = LATENCY_CLOCK
+            wall_metrics = compute_metrics(wall_run.requests, duration=wall_run.duration).to_dict()
+            result["wall_clock"] = wall_clock_metrics(wall_metrics, wall_run.extra.get("time_scale", 1.0))
+        result["scenario_config"] = scenario_config(scenario, variant, runtime)
+        if self.provenance is not None:
+            result["provenance"] = self.provenance
+        if _has_v0_node(scenario.cluster(variant)) or _has_v0_node_anywhere(scenario):
+            result["v0_run_record"] = v0_run_record(result, scenario.cluster(variant), run)
+        return run, result
 
 
 def run_scenario(
@@ -277,53 +337,13 @@ def run_scenario(
             def starting(variant: str, repeat: int) -> None:
                 bar.update(task, description=f"{scenario.name}: {variant} r{repeat}")
 
-            runs = _each_run(scenario, keys, runtime, handle, debug_invariants, observer, pace, jobs, starting)
-            runs = _naming_out_dir(runs, outcome.out_dir)
-            for variant, repeat, run, wall in runs:
-                wall_run = None
-                if runtime == "ray":
-                    from .wall_twin import to_model_time
-
-                    add_request_distortion(run, scenario, variant, repeat)
-                    wall_run, run = run, to_model_time(run)
+            sweep = Sweep(scenario, runtime, handle, debug_invariants, observer, pace, provenance, outcome.out_dir)
+            runs = sweep.runs(keys, jobs, starting)
+            for variant, repeat, run, result in runs:
                 outcome.runs[(variant, repeat)] = run
                 for err in run.invariant_errors:
                     outcome.invariant_errors.append(f"{variant} r{repeat}: {err}")
-                result = build_result(
-                    records=run.requests,
-                    scenario=scenario.name,
-                    variant=variant,
-                    clock=run.clock,
-                    repeat=repeat,
-                    seed=scenario.file.seed + repeat,
-                    steps=run.steps,
-                    counters_by_node=run.node_counters,
-                    percentiles=report.percentiles,
-                    duration=run.duration,
-                    include_requests=report.include_requests,
-                    extra={
-                        "runtime": runtime,
-                        "wall_seconds": wall,
-                        "invariant_errors": run.invariant_errors[:20],
-                        "violations": run.violations[:20],
-                        **({"pace": pace} if pace is not None else {}),
-                        **run.extra,
-                    },
-                )
-                if wall_run is not None:
-                    from .wall_twin import LATENCY_CLOCK, wall_clock_metrics
-
-                    result["latency_clock"] = LATENCY_CLOCK
-                    wall_metrics = compute_metrics(wall_run.requests, duration=wall_run.duration).to_dict()
-                    result["wall_clock"] = wall_clock_metrics(wall_metrics, wall_run.extra.get("time_scale", 1.0))
-                result["scenario_config"] = scenario_config(scenario, variant, runtime)
-                if provenance is not None:
-                    result["provenance"] = provenance
-                if _has_v0_node(scenario.cluster(variant)) or _has_v0_node_anywhere(scenario):
-                    result["v0_run_record"] = v0_run_record(result, scenario.cluster(variant), run)
                 outcome.results.append(result)
-                if outcome.out_dir is not None:
-                    write_run(outcome.out_dir, result, run.steps)
                 bar.advance(task)
         if observer is not None and hold_metrics > 0 and observer.urls:
             console.print(f"serving /metrics for {hold_metrics:g}s: " + ", ".join(observer.urls.values()))

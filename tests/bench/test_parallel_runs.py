@@ -11,7 +11,7 @@ import yaml
 
 from bench.cli import main
 from bench.parallel_runs import runs_in_workers
-from bench.runner import RunCrashed, _each_run, run_scenario
+from bench.runner import RunCrashed, Sweep, run_scenario
 from bench.scenario import load_scenario
 
 TINY = {
@@ -58,40 +58,48 @@ def test_runs_in_workers_give_the_sequential_results_in_order(tmp_path):
 
 
 class ExplodingScenario:
-    """A scenario whose cluster for one variant cannot be built (a bug in a
-    run, as far as the sweep can tell); picklable, for the workers."""
+    """A scenario whose workload for one variant cannot be drawn (a bug in
+    a run, as far as the sweep can tell); picklable, for the workers."""
 
     def __init__(self, scenario, bad_variant: str) -> None:
-        self.scenario, self.bad_variant, self.file = scenario, bad_variant, scenario.file
+        self.scenario, self.bad_variant = scenario, bad_variant
 
-    def cluster(self, variant: str):
-        if variant == self.bad_variant:
-            raise RuntimeError(f"cannot build {variant}")
-        return self.scenario.cluster(variant)
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name in ("scenario", "bad_variant"):
+            raise AttributeError(name)  # (unpickling looks these up before the instance has them)
+        return getattr(self.scenario, name)
 
     def workload(self, variant: str, seed: int):
+        if variant == self.bad_variant:
+            raise RuntimeError(f"cannot draw {variant}")
         return self.scenario.workload(variant, seed)
 
 
-def test_a_run_that_raises_in_a_worker_ends_the_sweep_naming_it(tmp_path):
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_run_that_raises_ends_the_sweep_naming_it(tmp_path, jobs):
     scenario = ExplodingScenario(_scenario(tmp_path), "fixed")
     keys = [("prefix", 0), ("fixed", 0), ("prefix", 1)]
     seen = []
     with pytest.raises(RunCrashed) as info:
-        runs = _each_run(scenario, keys, "inproc", None, False, None, None, 2, lambda variant, repeat: None)
-        for variant, repeat, run, _ in runs:
+        for variant, repeat, run, _ in Sweep(scenario, "inproc", out_dir=tmp_path).runs(keys, jobs, lambda v, r: None):
             seen.append((variant, repeat, len(run.requests)))
     assert seen == [("prefix", 0, 12)]  # the runs before it came back
-    assert (info.value.variant, info.value.repeat) == ("fixed", 0)
-    assert "RuntimeError: cannot build fixed" in str(info.value)
+    assert (info.value.variant, info.value.repeat, info.value.out_dir) == ("fixed", 0, tmp_path)
+    assert "RuntimeError: cannot draw fixed" in str(info.value)
+    assert (tmp_path / "tiny-jobs__prefix__r0.json").exists()
 
 
 def test_closing_the_runs_early_stops_the_workers(tmp_path):
     scenario = _scenario(tmp_path)
-    futures = runs_in_workers(scenario, [("prefix", 0), ("fixed", 0), ("prefix", 1), ("fixed", 1)], 2, False)
+    out = tmp_path / "out"
+    out.mkdir()
+    sweep = Sweep(scenario, "inproc", out_dir=out)
+    futures = runs_in_workers(sweep, [("prefix", 0), ("fixed", 0), ("prefix", 1), ("fixed", 1)], 2)
     variant, repeat, first = next(futures)
-    run, wall = first.result()
-    assert (variant, repeat, len(run.requests)) == ("prefix", 0, 12) and wall > 0
+    run, result = first.result()
+    assert (variant, repeat, len(run.requests)) == ("prefix", 0, 12)
+    assert (result["variant"], result["repeat"], result["extra"]["wall_seconds"] > 0) == ("prefix", 0, True)
+    assert (out / "tiny-jobs__prefix__r0.json").exists()  # the worker wrote the run's files
     futures.close()  # shuts the pool down: the runs not started are cancelled
     assert first.done()
 
