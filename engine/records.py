@@ -127,12 +127,21 @@ class TokenIds(Sequence[int]):
     def __repr__(self) -> str:
         return repr(self._ids())
 
-    # Copies and pickles are plain lists.
+    # A deep copy is a plain list. A pickle keeps the runs (and the sampler
+    # they are drawn from, once per pickle however many records name it):
+    # a sweep's worker processes send whole runs back (bench/parallel_runs.py),
+    # and drawing every id to send it took about as long as the run.
     def __deepcopy__(self, memo: dict) -> list[int]:
         return list(self._ids())
 
     def __reduce__(self):
-        return (list, (list(self._ids()),))
+        return (_restore_token_ids, (self._pieces, self._len, self._source))
+
+
+def _restore_token_ids(pieces: list[Any], length: int, source) -> TokenIds:
+    ids = TokenIds()
+    ids._pieces, ids._len, ids._source = pieces, length, source
+    return ids
 
 
 @dataclass
