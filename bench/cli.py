@@ -147,7 +147,8 @@ def prepare_out_dir(out: str | None, scenario_name: str, overwrite: bool) -> Pat
 
 def cmd_run(args) -> int:
     from . import provenance
-    from .runner import check_jobs, run_scenario
+    from .runner import run_scenario
+    from .sweep import check_jobs
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     scenario = _load_for_run(args.scenario)
@@ -410,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        from .runner import RunCrashed
+        from .sweep import RunCrashed
 
         crashed = isinstance(exc, RunCrashed)
         where = _crash_report(exc.error if crashed else exc, getattr(exc, "out_dir", None))

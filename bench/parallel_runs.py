@@ -25,7 +25,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .runner import Sweep
+    from .sweep import Sweep
 
 
 def _finished_run(sweep: Sweep, variant: str, repeat: int):

@@ -40,7 +40,7 @@ def scenario_from_result(target: str) -> Scenario:
     )
     want = config.get("trace_sha256")
     if want is not None:
-        from .runner import file_sha256
+        from .sweep import file_sha256
 
         have = file_sha256(scenario.trace_path())
         if have != want:

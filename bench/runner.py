@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -16,21 +15,10 @@ from cluster.run_result import RunResult
 
 from .compare import format_compare_table, format_threshold_table, summarize
 from .errors import InputError
-from .metrics import compute_metrics
-from .results import build_result, write_run
 from .scenario import Scenario
+from .sweep import Sweep, has_v0_node_anywhere, check_jobs
 from .thresholds import evaluate_thresholds
-from .v0_report import v0_report, v0_run_record
-
-
-def _has_v0_node(spec) -> bool:
-    return any(group.engine.engine == "v0" for _, _, group in spec.node_specs())
-
-
-def _has_v0_node_anywhere(scenario: Scenario) -> bool:
-    """A scenario with any v0 variant gets the v0 report for all variants
-    (a v1 control is compared on the same record)."""
-    return any(_has_v0_node(scenario.cluster(v)) for v in scenario.variant_names)
+from .v0_report import v0_report
 
 
 @dataclass
@@ -49,61 +37,6 @@ class ScenarioOutcome:
         if self.invariant_errors:
             return 3
         return 1 if any(not o.passed for o in self.threshold_outcomes) else 0
-
-
-def chaos_kills(chaos, spec) -> list[dict]:
-    """The kills of a chaos plan, as Ray faults (the other kinds are in-process only)."""
-    from cluster.chaos import plan_faults
-
-    names = [(role, ns.name) for role, ns, _ in spec.node_specs()]
-    prefill = [n for r, n in names if r == "prefill"]
-    decode = [n for r, n in names if r == "decode"]
-    return [{"kill": f.target, "at": f.at} for f in plan_faults(chaos, prefill, decode) if f.kind == "kill"]
-
-
-def run_one(
-    scenario: Scenario,
-    variant: str,
-    repeat: int,
-    runtime: str,
-    ray_handle=None,
-    debug_invariants: bool = False,
-    observer=None,
-) -> RunResult:
-    spec = scenario.cluster(variant)
-    seed = scenario.file.seed + repeat
-    workload, max_concurrency = scenario.workload(variant, seed)
-    faults = scenario.file.faults
-    chaos = None
-    if scenario.file.chaos is not None:
-        from cluster.chaos import ChaosConfig
-
-        # Repeat r draws its own faults, as it draws its own workload.
-        chaos = ChaosConfig(**{**scenario.file.chaos.model_dump(), "seed": scenario.file.chaos.seed + repeat})
-    if runtime == "inproc":
-        from cluster.inproc import InProcCluster
-
-        cluster = InProcCluster(spec, seed=seed, debug_invariants=debug_invariants, observer=observer)
-        cluster.submit(workload, max_concurrency)
-        for fault in faults:
-            cluster.kill_node_at(fault.kill, fault.at)
-        if chaos is not None:
-            cluster.inject_chaos(chaos)
-        return cluster.run()
-    from cluster.ray.runtime import run_ray
-
-    ray_faults = [f.model_dump() for f in faults]
-    if chaos is not None:
-        ray_faults += chaos_kills(chaos, spec)
-    return run_ray(
-        spec,
-        workload,
-        seed=seed,
-        max_concurrency=max_concurrency,
-        handle=ray_handle,
-        faults=ray_faults,
-        **(observer.run_ray_kwargs() if observer is not None else {}),
-    )
 
 
 def _observer_for_run(scenario: Scenario, variants: list[str], runtime: str, metrics_port, log_interval, console):
@@ -133,148 +66,6 @@ def _observer_for_run(scenario: Scenario, variants: list[str], runtime: str, met
     if observer.urls:
         console.print("metrics: " + ", ".join(f"{n} {u}" for n, u in observer.urls.items()))
     return observer
-
-
-class RunCrashed(RuntimeError):
-    """A run raised: a bug or an environment failure, not bad input (exit 4)."""
-
-    def __init__(self, variant: str, repeat: int, error: BaseException) -> None:
-        super().__init__(f"run {variant} r{repeat} crashed: {type(error).__name__}: {error}")
-        self.variant, self.repeat, self.error = variant, repeat, error
-        self.out_dir: Path | None = None
-
-
-def check_jobs(jobs: int, runtime: str, metrics_port: int | None, log_interval: float | None, pace) -> None:
-    """Runs in worker processes only where nothing in this process watches a run as it goes."""
-    if jobs == 1:
-        return
-    if jobs < 1:
-        raise InputError(f"--jobs {jobs}: invalid; allowed: an integer >= 1")
-    if runtime != "inproc":
-        raise InputError(
-            f"--jobs {jobs}: a Ray run uses the Ray cluster's processes; allowed: --jobs 1 with runtime {runtime}, "
-            "or --runtime inproc"
-        )
-    watched = [
-        flag
-        for flag, on in (
-            ("--metrics-port", metrics_port is not None),
-            ("--log-stats", bool(log_interval)),
-            ("--pace", pace is not None),
-        )
-        if on
-    ]
-    if watched:
-        raise InputError(
-            f"--jobs {jobs} with {', '.join(watched)}: these watch a run from this process as it goes; allowed: "
-            f"--jobs 1 with {', '.join(watched)}, or --jobs {jobs} without"
-        )
-
-
-@dataclass
-class Sweep:
-    """How a scenario's runs are run and recorded (`run_scenario`): the
-    same here and in a worker process (bench/parallel_runs.py)."""
-
-    scenario: Scenario
-    runtime: str
-    ray_handle: object = None
-    debug_invariants: bool = False
-    observer: object = None
-    pace: float | None = None
-    provenance: dict | None = None
-    out_dir: Path | None = None
-
-    def runs(self, keys: list[tuple[str, int]], jobs: int, starting) -> Iterator[tuple[str, int, RunResult, dict]]:
-        """(variant, repeat, run, results JSON) for each key, in order, the
-        files written: run here one after another, or (`jobs` > 1) in worker
-        processes. `starting(variant, repeat)` is told of each in turn. A
-        run that raises ends the sweep as `RunCrashed` (bad input as itself)."""
-        if jobs > 1 and len(keys) > 1:
-            from .parallel_runs import runs_in_workers
-
-            futures = runs_in_workers(replace(self, observer=None, ray_handle=None), keys, jobs)
-            try:
-                for variant, repeat, future in futures:
-                    starting(variant, repeat)
-                    yield variant, repeat, *self._crashing_as_run(variant, repeat, future.result)
-            finally:
-                futures.close()
-            return
-        for variant, repeat in keys:
-            starting(variant, repeat)
-            yield variant, repeat, *self._crashing_as_run(variant, repeat, self.finished_run, variant, repeat)
-
-    def _crashing_as_run(self, variant: str, repeat: int, fn, *args):
-        """`fn(*args)`; anything but bad input or Ctrl-C raised as `RunCrashed`
-        of this run, naming the output directory (the runs before it are there)."""
-        try:
-            return fn(*args)
-        except (InputError, KeyboardInterrupt):
-            raise
-        except Exception as err:
-            crash = RunCrashed(variant, repeat, err)
-            crash.out_dir = self.out_dir
-            raise crash from err
-
-    def finished_run(self, variant: str, repeat: int) -> tuple[RunResult, dict]:
-        """One run, its results JSON, and its files written."""
-        t0 = time.monotonic()
-        observer = self.observer
-        if observer is not None:
-            observer.begin_run(variant=variant, repeat=repeat, pace=self.pace)  # type: ignore[attr-defined]
-        run = run_one(self.scenario, variant, repeat, self.runtime, self.ray_handle, self.debug_invariants, observer)
-        wall = time.monotonic() - t0
-        if observer is not None:
-            observer.sync_counters(run.node_counters)  # type: ignore[attr-defined]
-        run, result = self.result_of_run(variant, repeat, run, wall)
-        if self.out_dir is not None:
-            write_run(self.out_dir, result, run.steps)
-        return run, result
-
-    def result_of_run(self, variant: str, repeat: int, run: RunResult, wall: float) -> tuple[RunResult, dict]:
-        """A run's results JSON; a Ray run is moved to model time first (its
-        wall-clock figures kept beside)."""
-        scenario, runtime, report = self.scenario, self.runtime, self.scenario.file.report
-        wall_run = None
-        if runtime == "ray":
-            from .wall_twin import to_model_time
-
-            add_request_distortion(run, scenario, variant, repeat)
-            wall_run, run = run, to_model_time(run)
-        result = build_result(
-            records=run.requests,
-            scenario=scenario.name,
-            variant=variant,
-            clock=run.clock,
-            repeat=repeat,
-            seed=scenario.file.seed + repeat,
-            steps=run.steps,
-            counters_by_node=run.node_counters,
-            percentiles=report.percentiles,
-            duration=run.duration,
-            include_requests=report.include_requests,
-            extra={
-                "runtime": runtime,
-                "wall_seconds": wall,
-                "invariant_errors": run.invariant_errors[:20],
-                "violations": run.violations[:20],
-                **({"pace": self.pace} if self.pace is not None else {}),
-                **run.extra,
-            },
-        )
-        if wall_run is not None:
-            from .wall_twin import LATENCY_CLOCK, wall_clock_metrics
-
-            result["latency_clock"] = LATENCY_CLOCK
-            wall_metrics = compute_metrics(wall_run.requests, duration=wall_run.duration).to_dict()
-            result["wall_clock"] = wall_clock_metrics(wall_metrics, wall_run.extra.get("time_scale", 1.0))
-        result["scenario_config"] = scenario_config(scenario, variant, runtime)
-        if self.provenance is not None:
-            result["provenance"] = self.provenance
-        if _has_v0_node(scenario.cluster(variant)) or _has_v0_node_anywhere(scenario):
-            result["v0_run_record"] = v0_run_record(result, scenario.cluster(variant), run)
-        return run, result
 
 
 def run_scenario(
@@ -368,7 +159,7 @@ def run_scenario(
         console.print(format_threshold_table(outcome.threshold_outcomes))
         failed = sum(not o.passed for o in outcome.threshold_outcomes)
         console.print(f"thresholds: {len(outcome.threshold_outcomes) - failed} passed, {failed} failed")
-    if _has_v0_node_anywhere(scenario):
+    if has_v0_node_anywhere(scenario):
         renderable, v0_data = v0_report(outcome.results, outcome.runs, scenario)
         if renderable is not None:
             console.print(renderable)
@@ -391,16 +182,6 @@ def run_scenario(
     return outcome
 
 
-def add_request_distortion(run: RunResult, scenario: Scenario, variant: str, repeat: int) -> None:
-    """Per-request wall TTFT/E2EL of a Ray run against its in-process twin
-    (bench/wall_twin.py), into `extra["distortion"]["requests"]`."""
-    from .wall_twin import twin_request_distortion
-
-    dist = run.extra.get("distortion")
-    if dist is not None:
-        dist["requests"] = twin_request_distortion(run, scenario, variant, repeat)
-
-
 def distortion_lines(results: list[dict]) -> list[str]:
     from .wall_twin import distortion_lines as lines
 
@@ -418,32 +199,6 @@ def _names_only(threshold: str, variants: list[str]) -> bool:
     from .thresholds import parse_threshold
 
     return all(ref.variant in variants for ref in _refs(parse_threshold(threshold)))
-
-
-def scenario_config(scenario: Scenario, variant: str, runtime: str) -> dict:
-    """What a results JSON needs to re-run its scenario exactly: the resolved
-    document (after --set), where it came from (relative trace paths resolve
-    against it), the overrides and this variant's settings."""
-    config = {
-        "source": str(Path(scenario.source).resolve()),
-        "document": scenario.raw,
-        "overrides": scenario.overrides,
-        "variant_set": scenario.variant(variant).set,
-        "runtime": runtime,
-        "resolved_cluster": scenario.cluster(variant).model_dump(mode="json"),
-    }
-    if scenario.file.trace is not None:
-        config["trace_sha256"] = file_sha256(scenario.trace_path())
-    return config
-
-
-def file_sha256(path: Path) -> str | None:
-    import hashlib
-
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
 
 
 def outage_windows(scenario: Scenario, variants: list[str]) -> dict[str, list[tuple[float, float]]]:

@@ -151,7 +151,7 @@ def simulate(point: Point, params: RooflineParams | None = None, seed: int = 0) 
     scenario = Scenario(scenario_for(point, params, seed), source=f"bench/validation/published.yaml#{point.id}")
     # Imported here: the runner pulls in the plots (matplotlib), which every
     # `disagg-sim` command would otherwise load to build its parser.
-    from bench.runner import run_one
+    from bench.sweep import run_one
 
     run = run_one(scenario, "published", 0, "inproc")
     m = compute_metrics(run.requests).to_dict()

@@ -11,8 +11,9 @@ import yaml
 
 from bench.cli import main
 from bench.parallel_runs import runs_in_workers
-from bench.runner import RunCrashed, Sweep, run_scenario
+from bench.runner import run_scenario
 from bench.scenario import load_scenario
+from bench.sweep import RunCrashed, Sweep
 
 TINY = {
     "name": "tiny-jobs",

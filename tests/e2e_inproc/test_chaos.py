@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.runner import run_one
 from bench.scenario import Scenario
+from bench.sweep import run_one
 from cluster.chaos import ChaosConfig, plan_faults
 from cluster.inproc import InProcCluster
 from tests.e2e_ray.conftest import make_spec, workload
