@@ -16,7 +16,7 @@ from cluster.run_result import RunResult
 from .compare import format_compare_table, format_threshold_table, summarize
 from .errors import InputError
 from .scenario import Scenario
-from .sweep import Sweep, has_v0_node_anywhere, check_jobs
+from .sweep import Sweep, check_jobs, has_v0_node_anywhere
 from .thresholds import evaluate_thresholds
 from .v0_report import v0_report
 
