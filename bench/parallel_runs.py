@@ -22,7 +22,9 @@ from __future__ import annotations
 import multiprocessing
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import TYPE_CHECKING
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from .sweep import Sweep
@@ -32,15 +34,47 @@ def _finished_run(sweep: Sweep, variant: str, repeat: int):
     return sweep.finished_run(variant, repeat)
 
 
-def runs_in_workers(sweep: Sweep, keys: list[tuple[str, int]], jobs: int) -> Iterator[tuple[str, int, Future]]:
-    """(variant, repeat, future of `Sweep.finished_run`) for each key, in
-    the order of `keys`, with up to `jobs` runs going at once. A future's
-    `result()` raises what its run raised. Closing the iterator early (a
-    crash, Ctrl-C) cancels the runs not started and waits for the ones
-    going."""
+@contextmanager
+def runs_in_workers(sweep: Sweep, keys: list[tuple[str, int]], jobs: int) -> Iterator[list[Run]]:
+    """The runs of `keys`, in that order, going up to `jobs` at once in
+    worker processes, each a `Run` whose future is `Sweep.finished_run`'s
+    (its `result()` raises what the run raised). Leaving the block early (a
+    crash, Ctrl-C) cancels the runs not started and waits for the ones going."""
     pool = ProcessPoolExecutor(max_workers=min(jobs, len(keys)), mp_context=multiprocessing.get_context("spawn"))
     try:
-        futures = [(v, r, pool.submit(_finished_run, sweep, v, r)) for v, r in keys]
-        yield from futures
+        yield [Run(v, r, pool.submit(_finished_run, sweep, v, r)) for v, r in keys]
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+class Run(NamedTuple):
+    variant: str
+    repeat: int
+    future: Future
+
+
+class WorkerDied(RuntimeError):
+    """A worker process ended without a word (a signal, the kernel's
+    out-of-memory killer): the pool is broken, and every run not finished
+    is lost (which one the worker was running cannot be told)."""
+
+    def __init__(self, unfinished: list[tuple[str, int]]) -> None:
+        named = ", ".join(f"{v} r{r}" for v, r in unfinished[:8]) + (", ..." if len(unfinished) > 8 else "")
+        super().__init__(
+            f"a worker process died (killed by a signal, or out of memory?) with these runs not finished: {named}"
+        )
+        self.unfinished = unfinished
+
+
+def result_of(run: Run, later: list[Run]):
+    """`run`'s result; a dead worker as `WorkerDied`, naming the runs (of
+    `run` and `later`) that did not finish."""
+    try:
+        return run.future.result()
+    except BrokenProcessPool as err:
+        lost = [(r.variant, r.repeat) for r in [run, *later] if _lost(r.future)]
+        raise WorkerDied(lost) from err
+
+
+def _lost(future: Future) -> bool:
+    return future.cancelled() or isinstance(future.exception(), BrokenProcessPool)

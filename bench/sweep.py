@@ -141,15 +141,16 @@ class Sweep:
         processes. `starting(variant, repeat)` is told of each in turn. A
         run that raises ends the sweep as `RunCrashed` (bad input as itself)."""
         if jobs > 1 and len(keys) > 1:
-            from .parallel_runs import runs_in_workers
+            from .parallel_runs import result_of, runs_in_workers
 
-            futures = runs_in_workers(replace(self, observer=None, ray_handle=None), keys, jobs)
-            try:
-                for variant, repeat, future in futures:
-                    starting(variant, repeat)
-                    yield variant, repeat, *self._crashing_as_run(variant, repeat, future.result)
-            finally:
-                futures.close()
+            with runs_in_workers(replace(self, observer=None, ray_handle=None), keys, jobs) as runs:
+                for i, run in enumerate(runs):
+                    starting(run.variant, run.repeat)
+                    yield (
+                        run.variant,
+                        run.repeat,
+                        *self._crashing_as_run(run.variant, run.repeat, result_of, run, runs[i + 1 :]),
+                    )
             return
         for variant, repeat in keys:
             starting(variant, repeat)

@@ -4,13 +4,15 @@ order; a run that raises in a worker ends the sweep naming its run; flags
 that watch a run from the parent process are refused with it."""
 
 import json
+import multiprocessing
+import os
 from pathlib import Path
 
 import pytest
 import yaml
 
 from bench.cli import main
-from bench.parallel_runs import runs_in_workers
+from bench.parallel_runs import WorkerDied, runs_in_workers
 from bench.runner import run_scenario
 from bench.scenario import load_scenario
 from bench.sweep import RunCrashed, Sweep
@@ -76,6 +78,16 @@ class ExplodingScenario:
         return self.scenario.workload(variant, seed)
 
 
+class DyingScenario(ExplodingScenario):
+    """A scenario whose worker process dies in one variant's run (as the
+    kernel's out-of-memory killer would end it)."""
+
+    def workload(self, variant: str, seed: int):
+        if variant == self.bad_variant and multiprocessing.parent_process() is not None:
+            os._exit(9)
+        return self.scenario.workload(variant, seed)
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_run_that_raises_ends_the_sweep_naming_it(tmp_path, jobs):
     scenario = ExplodingScenario(_scenario(tmp_path), "fixed")
@@ -90,19 +102,32 @@ def test_a_run_that_raises_ends_the_sweep_naming_it(tmp_path, jobs):
     assert (tmp_path / "tiny-jobs__prefix__r0.json").exists()
 
 
-def test_closing_the_runs_early_stops_the_workers(tmp_path):
+def test_a_worker_that_dies_ends_the_sweep_naming_the_runs_not_finished(tmp_path):
+    scenario = DyingScenario(_scenario(tmp_path), "fixed")
+    keys = [("prefix", 0), ("prefix", 1), ("fixed", 0), ("fixed", 1)]
+    seen = []
+    with pytest.raises(RunCrashed) as info:
+        for variant, repeat, _, _ in Sweep(scenario, "inproc", out_dir=tmp_path).runs(keys, 2, lambda v, r: None):
+            seen.append((variant, repeat))
+    assert isinstance(info.value.error, WorkerDied)
+    assert ("fixed", 0) in info.value.error.unfinished and ("fixed", 0) not in seen
+    assert set(info.value.error.unfinished) <= set(keys[len(seen) :])  # runs that finished are not named
+    assert "a worker process died (killed by a signal, or out of memory?)" in str(info.value)
+    assert info.value.out_dir == tmp_path
+
+
+def test_leaving_early_stops_the_workers(tmp_path):
     scenario = _scenario(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
     sweep = Sweep(scenario, "inproc", out_dir=out)
-    futures = runs_in_workers(sweep, [("prefix", 0), ("fixed", 0), ("prefix", 1), ("fixed", 1)], 2)
-    variant, repeat, first = next(futures)
-    run, result = first.result()
-    assert (variant, repeat, len(run.requests)) == ("prefix", 0, 12)
-    assert (result["variant"], result["repeat"], result["extra"]["wall_seconds"] > 0) == ("prefix", 0, True)
-    assert (out / "tiny-jobs__prefix__r0.json").exists()  # the worker wrote the run's files
-    futures.close()  # shuts the pool down: the runs not started are cancelled
-    assert first.done()
+    with runs_in_workers(sweep, [("prefix", 0), ("fixed", 0), ("prefix", 1), ("fixed", 1)], 2) as runs:
+        run, result = runs[0].future.result()
+        assert (runs[0].variant, runs[0].repeat, len(run.requests)) == ("prefix", 0, 12)
+        assert (result["variant"], result["repeat"], result["extra"]["wall_seconds"] > 0) == ("prefix", 0, True)
+        assert (out / "tiny-jobs__prefix__r0.json").exists()  # the worker wrote the run's files
+    # Leaving the block shut the pool down: the runs not started were cancelled, the others ended.
+    assert all(r.future.done() for r in runs)
 
 
 @pytest.mark.parametrize(
