@@ -4,7 +4,7 @@ Each run of a scenario (a variant and a repeat) is independent and
 deterministic: its seed, workload and faults depend only on the scenario,
 the variant and the repeat. So a sweep's runs can go to N processes at once
 and give the same results as one after another; only the order they finish
-in differs, and `runs_in_workers` hands them back in the order they were
+in differs, and `Sweep.runs` hands them back in the order they were
 asked for, so everything after (the table, thresholds, plots) sees the
 sequential order. A worker also builds each run's results JSON and writes
 its files (`Sweep.finished_run`), so the parent does not become the
@@ -35,16 +35,25 @@ def _finished_run(sweep: Sweep, variant: str, repeat: int):
 
 
 @contextmanager
-def runs_in_workers(sweep: Sweep, keys: list[tuple[str, int]], jobs: int) -> Iterator[list[Run]]:
-    """The runs of `keys`, in that order, going up to `jobs` at once in
-    worker processes, each a `Run` whose future is `Sweep.finished_run`'s
-    (its `result()` raises what the run raised). Leaving the block early (a
-    crash, Ctrl-C) cancels the runs not started and waits for the ones going."""
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(keys)), mp_context=multiprocessing.get_context("spawn"))
+def worker_pool(jobs: int) -> Iterator[ProcessPoolExecutor | None]:
+    """`jobs` worker processes for a sweep's runs (None for 1: the runs go
+    in this process). Leaving the block (at the end, or early: a crash,
+    Ctrl-C) cancels the runs not started and waits for the ones going."""
+    if jobs <= 1:
+        yield None
+        return
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
     try:
-        yield [Run(v, r, pool.submit(_finished_run, sweep, v, r)) for v, r in keys]
+        yield pool
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def runs_in_workers(pool: ProcessPoolExecutor, sweep: Sweep, keys: list[tuple[str, int]]) -> list[Run]:
+    """The runs of `keys`, in that order, handed to the pool's workers, each
+    a `Run` whose future is `Sweep.finished_run`'s (its `result()` raises
+    what the run raised)."""
+    return [Run(v, r, pool.submit(_finished_run, sweep, v, r)) for v, r in keys]
 
 
 class Run(NamedTuple):

@@ -15,6 +15,7 @@ from cluster.run_result import RunResult
 
 from .compare import format_compare_table, format_threshold_table, summarize
 from .errors import InputError
+from .parallel_runs import worker_pool
 from .scenario import Scenario
 from .sweep import Sweep, check_jobs, has_v0_node_anywhere
 from .thresholds import evaluate_thresholds
@@ -89,7 +90,9 @@ def run_scenario(
     On Ray: `ray_handle`, an open `RayClusterHandle` to run on (several
     calls can share one); by default one is launched, or attached to at
     `address`, for this call. `jobs` > 1: in-process runs go to that many
-    worker processes at once (bench/parallel_runs.py), with the same results."""
+    worker processes at once (bench/parallel_runs.py), with the same results
+    (they are started with `spawn`: a script that calls this with `jobs` > 1
+    needs the `if __name__ == "__main__":` guard multiprocessing asks for)."""
     console = console or Console()
     runtime = runtime or scenario.file.runtime
     outcome = ScenarioOutcome()
@@ -129,13 +132,13 @@ def run_scenario(
                 bar.update(task, description=f"{scenario.name}: {variant} r{repeat}")
 
             sweep = Sweep(scenario, runtime, handle, debug_invariants, observer, pace, provenance, outcome.out_dir)
-            runs = sweep.runs(keys, jobs, starting)
-            for variant, repeat, run, result in runs:
-                outcome.runs[(variant, repeat)] = run
-                for err in run.invariant_errors:
-                    outcome.invariant_errors.append(f"{variant} r{repeat}: {err}")
-                outcome.results.append(result)
-                bar.advance(task)
+            with worker_pool(jobs) as pool:  # None: the runs go here, one after another
+                for variant, repeat, run, result in sweep.runs(keys, pool, starting):
+                    outcome.runs[(variant, repeat)] = run
+                    for err in run.invariant_errors:
+                        outcome.invariant_errors.append(f"{variant} r{repeat}: {err}")
+                    outcome.results.append(result)
+                    bar.advance(task)
         if observer is not None and hold_metrics > 0 and observer.urls:
             console.print(f"serving /metrics for {hold_metrics:g}s: " + ", ".join(observer.urls.values()))
             time.sleep(hold_metrics)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -135,22 +136,25 @@ class Sweep:
     provenance: dict | None = None
     out_dir: Path | None = None
 
-    def runs(self, keys: list[tuple[str, int]], jobs: int, starting) -> Iterator[tuple[str, int, RunResult, dict]]:
+    def runs(
+        self, keys: list[tuple[str, int]], pool: ProcessPoolExecutor | None, starting
+    ) -> Iterator[tuple[str, int, RunResult, dict]]:
         """(variant, repeat, run, results JSON) for each key, in order, the
-        files written: run here one after another, or (`jobs` > 1) in worker
-        processes. `starting(variant, repeat)` is told of each in turn. A
-        run that raises ends the sweep as `RunCrashed` (bad input as itself)."""
-        if jobs > 1 and len(keys) > 1:
+        files written: run here one after another, or in the `pool`'s worker
+        processes (`--jobs`, bench/parallel_runs.py). `starting(variant,
+        repeat)` is told of each in turn. A run that raises ends the sweep as
+        `RunCrashed` (bad input as itself)."""
+        if pool is not None:
             from .parallel_runs import result_of, runs_in_workers
 
-            with runs_in_workers(replace(self, observer=None, ray_handle=None), keys, jobs) as runs:
-                for i, run in enumerate(runs):
-                    starting(run.variant, run.repeat)
-                    yield (
-                        run.variant,
-                        run.repeat,
-                        *self._crashing_as_run(run.variant, run.repeat, result_of, run, runs[i + 1 :]),
-                    )
+            runs = runs_in_workers(pool, replace(self, observer=None, ray_handle=None), keys)
+            for i, run in enumerate(runs):
+                starting(run.variant, run.repeat)
+                yield (
+                    run.variant,
+                    run.repeat,
+                    *self._crashing_as_run(run.variant, run.repeat, result_of, run, runs[i + 1 :]),
+                )
             return
         for variant, repeat in keys:
             starting(variant, repeat)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from bench.cli import main
-from bench.parallel_runs import WorkerDied, runs_in_workers
+from bench.parallel_runs import WorkerDied, runs_in_workers, worker_pool
 from bench.runner import run_scenario
 from bench.scenario import load_scenario
 from bench.sweep import RunCrashed, Sweep
@@ -93,8 +93,8 @@ def test_a_run_that_raises_ends_the_sweep_naming_it(tmp_path, jobs):
     scenario = ExplodingScenario(_scenario(tmp_path), "fixed")
     keys = [("prefix", 0), ("fixed", 0), ("prefix", 1)]
     seen = []
-    with pytest.raises(RunCrashed) as info:
-        for variant, repeat, run, _ in Sweep(scenario, "inproc", out_dir=tmp_path).runs(keys, jobs, lambda v, r: None):
+    with pytest.raises(RunCrashed) as info, worker_pool(jobs) as pool:
+        for variant, repeat, run, _ in Sweep(scenario, "inproc", out_dir=tmp_path).runs(keys, pool, lambda v, r: None):
             seen.append((variant, repeat, len(run.requests)))
     assert seen == [("prefix", 0, 12)]  # the runs before it came back
     assert (info.value.variant, info.value.repeat, info.value.out_dir) == ("fixed", 0, tmp_path)
@@ -106,8 +106,8 @@ def test_a_worker_that_dies_ends_the_sweep_naming_the_runs_not_finished(tmp_path
     scenario = DyingScenario(_scenario(tmp_path), "fixed")
     keys = [("prefix", 0), ("prefix", 1), ("fixed", 0), ("fixed", 1)]
     seen = []
-    with pytest.raises(RunCrashed) as info:
-        for variant, repeat, _, _ in Sweep(scenario, "inproc", out_dir=tmp_path).runs(keys, 2, lambda v, r: None):
+    with pytest.raises(RunCrashed) as info, worker_pool(2) as pool:
+        for variant, repeat, _, _ in Sweep(scenario, "inproc", out_dir=tmp_path).runs(keys, pool, lambda v, r: None):
             seen.append((variant, repeat))
     assert isinstance(info.value.error, WorkerDied)
     assert ("fixed", 0) in info.value.error.unfinished and ("fixed", 0) not in seen
@@ -121,7 +121,8 @@ def test_leaving_early_stops_the_workers(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     sweep = Sweep(scenario, "inproc", out_dir=out)
-    with runs_in_workers(sweep, [("prefix", 0), ("fixed", 0), ("prefix", 1), ("fixed", 1)], 2) as runs:
+    with worker_pool(2) as pool:
+        runs = runs_in_workers(pool, sweep, [("prefix", 0), ("fixed", 0), ("prefix", 1), ("fixed", 1)])
         run, result = runs[0].future.result()
         assert (runs[0].variant, runs[0].repeat, len(run.requests)) == ("prefix", 0, 12)
         assert (result["variant"], result["repeat"], result["extra"]["wall_seconds"] > 0) == ("prefix", 0, True)
