@@ -335,6 +335,15 @@ def _entry(args, runs: dict, names: list[str], tree: str, old_knows_caching: boo
             f"- {w}: 1P+1D / aggregated (shadow off): {pd_off / new_off:.2f}x (target <= 1.2x); "
             + _paired(runs[(w, "1P1D", False, "new")], runs[(w, "agg", False, "new")], ".2f")
         )
+        # The same ratio per step simulated: 1P+1D simulates more steps (its
+        # decode steps carry no prefill, and a prefill node steps too), each
+        # with its step record (docs/fast-paths.md).
+        pd_steps, agg_steps = runs[(w, "1P1D", False, "new")][0]["steps"], runs[(w, "agg", False, "new")][0]["steps"]
+        lines.append(
+            f"- {w}: per step simulated, 1P+1D / aggregated: {(pd_off / pd_steps) / (new_off / agg_steps):.2f}x "
+            f"({pd_steps} / {agg_steps} steps, {1e6 * pd_off / pd_steps:.1f} / {1e6 * new_off / agg_steps:.1f} "
+            "wall µs a step)"
+        )
     w1_rss = [r["max_rss_MB"] for (w, *_, side), rs in runs.items() if w == "W1" and side == "new" for r in rs]
     if w1_rss:  # (not with --workloads W2)
         lines.append(f"- W1 peak RSS (any configuration): {max(w1_rss):.0f} MB (target <= 200 MB).")
