@@ -12,10 +12,16 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def tree_label(repo: Path = REPO) -> str:
-    """The short commit, with " + uncommitted changes" when tracked files differ from it."""
+    """The short commit, with " + uncommitted changes" when tracked files differ
+    from it; benchmarks/RESULTS.md aside (an entry recorded just before is not
+    a change to what is measured)."""
     git = ["git", "-C", str(repo)]
     commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    status = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/RESULTS.md"],
+        capture_output=True,
+        text=True,
+    )
     return commit + (" + uncommitted changes" if status.stdout.strip() else "")
 
 
