@@ -13,8 +13,8 @@ bottleneck of a sweep of large runs.
 Workers are started with `spawn`: the parent runs a live progress display
 (a thread), and a forked child could inherit one of its locks held. Each
 worker imports the simulator once (not the plotting code) and then takes
-run after run; a run's `RunResult` comes back pickled (token ids as plain
-lists: engine/records.py).
+run after run; a run's `RunResult` comes back pickled (its token ids as
+their runs, not one int each: engine/records.py `TokenIds`).
 """
 
 from __future__ import annotations

@@ -127,10 +127,13 @@ class TokenIds(Sequence[int]):
     def __repr__(self) -> str:
         return repr(self._ids())
 
-    # A deep copy is a plain list. A pickle keeps the runs (and the sampler
-    # they are drawn from, once per pickle however many records name it):
-    # a sweep's worker processes send whole runs back (bench/parallel_runs.py),
+    # A copy is a plain list. A pickle keeps the runs (and the sampler they
+    # are drawn from, once per pickle however many records name it): a
+    # sweep's worker processes send whole runs back (bench/parallel_runs.py),
     # and drawing every id to send it took about as long as the run.
+    def __copy__(self) -> list[int]:
+        return list(self._ids())
+
     def __deepcopy__(self, memo: dict) -> list[int]:
         return list(self._ids())
 

@@ -1,7 +1,7 @@
 """A pickled `TokenIds` keeps its runs: it reads the same ids after the
 round trip (drawn from the sampler it names), the end-of-run check still
 sees a gap, the sampler goes into the pickle once however many records name
-it, and a deep copy is still a plain list."""
+it, and a copy (shallow or deep) is still a plain list."""
 
 import copy
 import pickle
@@ -47,7 +47,8 @@ def test_the_sampler_is_pickled_once_for_many_records():
     assert many < one + 200 * 200  # each further record adds its pieces, not another sampler
 
 
-def test_a_deep_copy_is_a_plain_list():
+def test_copies_are_plain_lists():
     sampler = DeterministicSampler(seed=3)
     ids = _ids(sampler, "r1", [(2, 3)])
-    assert copy.deepcopy(ids) == list(ids) and type(copy.deepcopy(ids)) is list
+    for copied in (copy.copy(ids), copy.deepcopy(ids)):
+        assert type(copied) is list and copied == list(ids)
