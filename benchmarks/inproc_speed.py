@@ -266,7 +266,27 @@ def _paired(over: list[dict], under: list[dict], fmt: str) -> str:
     slow spell of the shared machine hits both sides of a pair alike)."""
     ratios = [a["wall_s"] / b["wall_s"] for a, b in zip(over, under)]
     each = ", ".join(format(r, fmt) for r in ratios)
-    return f"repeat by repeat {each} (median {format(statistics.median(ratios), fmt)}x)"
+    lo, hi = ratio_interval([a["wall_s"] for a in over], [b["wall_s"] for b in under])
+    return (
+        f"repeat by repeat {each} (median {format(statistics.median(ratios), fmt)}x); "
+        f"90 % bootstrap interval of the ratio of medians {format(lo, fmt)}–{format(hi, fmt)}x"
+    )
+
+
+def ratio_interval(over: list[float], under: list[float], draws: int = 4000) -> tuple[float, float]:
+    """A 90 % bootstrap interval of median(over) / median(under): the
+    repeats (pairs run back to back) resampled with replacement, seeded, so
+    an entry says how far this shared machine's noise leaves the ratio
+    uncertain (with few repeats the interval is coarse, not exact)."""
+    import random
+
+    rng = random.Random(0)
+    pairs = list(zip(over, under))
+    ratios = sorted(
+        statistics.median(a for a, _ in sample) / statistics.median(b for _, b in sample)
+        for sample in (rng.choices(pairs, k=len(pairs)) for _ in range(draws))
+    )
+    return ratios[int(0.05 * draws)], ratios[int(0.95 * draws) - 1]
 
 
 def _entry(args, runs: dict, names: list[str], tree: str, old_knows_caching: bool = False) -> str:
