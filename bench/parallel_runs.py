@@ -30,10 +30,6 @@ if TYPE_CHECKING:
     from .sweep import Sweep
 
 
-def _finished_run(sweep: Sweep, variant: str, repeat: int):
-    return sweep.finished_run(variant, repeat)
-
-
 @contextmanager
 def worker_pool(jobs: int) -> Iterator[ProcessPoolExecutor | None]:
     """`jobs` worker processes for a sweep's runs (None for 1: the runs go
@@ -53,7 +49,7 @@ def runs_in_workers(pool: ProcessPoolExecutor, sweep: Sweep, keys: list[tuple[st
     """The runs of `keys`, in that order, handed to the pool's workers, each
     a `Run` whose future is `Sweep.finished_run`'s (its `result()` raises
     what the run raised)."""
-    return [Run(v, r, pool.submit(_finished_run, sweep, v, r)) for v, r in keys]
+    return [Run(v, r, pool.submit(sweep.finished_run, v, r)) for v, r in keys]
 
 
 class Run(NamedTuple):

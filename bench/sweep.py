@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from cluster.run_result import RunResult
 
@@ -129,9 +130,9 @@ class Sweep:
 
     scenario: Scenario
     runtime: str
-    ray_handle: object = None
+    ray_handle: Any = None
     debug_invariants: bool = False
-    observer: object = None
+    observer: Any = None  # bench/observe.py's, in-process or Ray
     pace: float | None = None
     provenance: dict | None = None
     out_dir: Path | None = None
@@ -177,11 +178,11 @@ class Sweep:
         t0 = time.monotonic()
         observer = self.observer
         if observer is not None:
-            observer.begin_run(variant=variant, repeat=repeat, pace=self.pace)  # type: ignore[attr-defined]
+            observer.begin_run(variant=variant, repeat=repeat, pace=self.pace)
         run = run_one(self.scenario, variant, repeat, self.runtime, self.ray_handle, self.debug_invariants, observer)
         wall = time.monotonic() - t0
         if observer is not None:
-            observer.sync_counters(run.node_counters)  # type: ignore[attr-defined]
+            observer.sync_counters(run.node_counters)
         run, result = self.result_of_run(variant, repeat, run, wall)
         if self.out_dir is not None:
             write_run(self.out_dir, result, run.steps)

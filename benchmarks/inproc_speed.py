@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -278,8 +279,6 @@ def ratio_interval(over: list[float], under: list[float], draws: int = 4000) -> 
     repeats (pairs run back to back) resampled with replacement, seeded, so
     an entry says how far this shared machine's noise leaves the ratio
     uncertain (with few repeats the interval is coarse, not exact)."""
-    import random
-
     rng = random.Random(0)
     pairs = list(zip(over, under))
     ratios = sorted(

@@ -39,17 +39,20 @@ REPO = Path(__file__).resolve().parent.parent
 SECTION = "## Sweeps in worker processes (benchmarks/sweep_jobs.py)"
 
 
-def comparable(out: Path) -> dict[str, object]:
-    """Every results JSON (less what differs by design) and step trace in `out`, by file name."""
+def comparable(out: Path) -> tuple[dict[str, object], float]:
+    """Every results JSON (less what differs by design: its wall time and
+    provenance) and step trace in `out`, by file name; and the runs' own
+    wall seconds, summed."""
     files: dict[str, object] = {}
+    run_s = 0.0
     for path in sorted(out.glob("*.json")):
         result = json.loads(path.read_text())
-        result["extra"].pop("wall_seconds", None)
+        run_s += result["extra"].pop("wall_seconds")
         result.pop("provenance", None)
         files[path.name] = result
     for path in sorted(out.glob("*.steps.jsonl")):
         files[path.name] = path.read_text()
-    return files
+    return files, run_s
 
 
 def w1_scenario_file(directory: Path, requests: int, runs: int) -> str:
@@ -70,9 +73,8 @@ def time_sweep(scenario: str, jobs: int) -> tuple[dict, dict[str, object]]:
         wall = time.perf_counter() - t0
         if proc.returncode not in (0, 1):  # 1: a threshold failed, which is the scenario's business
             raise RuntimeError(f"disagg-sim run --jobs {jobs} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-        files = comparable(out)
+        files, run_s = comparable(out)
         runs = [f for name, f in files.items() if name.endswith(".json")]
-        run_s = sum(json.loads(path.read_text())["extra"]["wall_seconds"] for path in out.glob("*.json"))
         return {"wall_s": wall, "runs": len(runs), "run_s": run_s}, files
 
 

@@ -25,9 +25,9 @@ So the collector is made up for at the start of a pause, outside a run:
 when the objects the pauses since the last full collection moved to the
 oldest generation exceed a quarter of what that collection left
 (`GROWTH_FRACTION`), and `GROWTH_FLOOR`, a full collection runs first
-(CPython's own rule, counting what it does not). The count costs nothing: `gc.get_count()[0]` at the end
-of a pause is the tracked objects allocated, net of those freed, since the
-last collection or freeze. A single run in a fresh process never pays for a
+(CPython's own rule, counting what it does not). The count costs nothing:
+`gc.get_count()[0]` at the end of a pause is the tracked objects allocated,
+net of those freed, since the last collection or freeze. A single run in a fresh process never pays for a
 collection; the last run's garbage waits for the next pause (or the
 process's end).
 """
