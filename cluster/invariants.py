@@ -9,7 +9,11 @@ from __future__ import annotations
 from engine.records import TokenIds
 
 
-def check_tokens(rec, token_at, eos_token_id: int, max_model_len: int | None = None) -> list[str]:
+def check_tokens(
+    rec, token_at, eos_token_id: int, max_model_len: int | None = None, expected: list[int] | None = None
+) -> list[str]:
+    """`expected`: the sampler's ids at the record's positions, if the caller
+    drew them already (`check_requests` draws them for many records at once)."""
     errors = []
     if len(rec.token_times) != len(rec.output_token_ids):
         errors.append(f"{rec.request_id}: {len(rec.output_token_ids)} tokens but {len(rec.token_times)} arrival times")
@@ -19,6 +23,11 @@ def check_tokens(rec, token_at, eos_token_id: int, max_model_len: int | None = N
         bad = ids.check(token_at, rec.request_id, rec.prompt_len)
         if bad is not None:
             i, tok, want = bad
+            errors.append(f"{rec.request_id}: token {i} is {tok}, expected {want} (gap, duplicate or reorder)")
+    elif expected is not None:
+        if ids != expected:
+            i = next(i for i, (tok, want) in enumerate(zip(ids, expected)) if tok != want)
+            tok, want = ids[i], expected[i]
             errors.append(f"{rec.request_id}: token {i} is {tok}, expected {want} (gap, duplicate or reorder)")
     else:
         for i, tok in enumerate(ids):
@@ -46,14 +55,47 @@ def check_requests(records, token_at, eos_token_id: int, max_model_len: int | No
     """Every request terminal; every token present once, in order, no gaps;
     every request of the workload released by the load driver."""
     errors: list[str] = []
+    expected = _expected_ids(records, token_at)
     for rec in records:
         if rec.finish_reason is None:
             errors.append(f"{rec.request_id}: not in a terminal state at the end of the run")
             continue
         if rec.finish_reason in ("stop", "length"):
-            errors.extend(check_tokens(rec, token_at, eos_token_id, max_model_len))
+            errors.extend(check_tokens(rec, token_at, eos_token_id, max_model_len, expected.get(rec.request_id)))
     seen = {r.request_id for r in records}
     for req_id in released_ids:
         if req_id not in seen:
             errors.append(f"{req_id}: never released by the load driver")
     return errors
+
+
+# Records whose ids are drawn in one numpy pass (`token_windows`); a bound on
+# the pass's arrays (records x longest output).
+_WINDOW_TOKENS = 1 << 18
+
+
+def _expected_ids(records, token_at) -> dict[str, list[int]]:
+    """The sampler's ids at the positions of every record holding a plain
+    list of ids (a run's or a node's that steps one by one: each id was
+    sampled and sent), drawn together when `token_at` is a sampler's (the
+    same arithmetic, engine/sampler.py); empty otherwise (ids drawn one by one)."""
+    windows_of = getattr(getattr(token_at, "__self__", None), "token_windows", None)
+    if windows_of is None:
+        return {}
+    todo = [
+        r
+        for r in records
+        if r.finish_reason in ("stop", "length") and r.output_token_ids and type(r.output_token_ids) is list
+    ]
+    todo.sort(key=lambda r: len(r.output_token_ids))  # similar lengths share a pass: less padding
+    expected: dict[str, list[int]] = {}
+    i = 0
+    while i < len(todo):
+        j = i + 1
+        while j < len(todo) and (j + 1 - i) * len(todo[j].output_token_ids) <= _WINDOW_TOKENS:
+            j += 1
+        chunk = todo[i:j]
+        ids = windows_of([(r.request_id, r.prompt_len, len(r.output_token_ids)) for r in chunk])
+        expected.update(zip((r.request_id for r in chunk), ids))
+        i = j
+    return expected

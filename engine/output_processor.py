@@ -7,7 +7,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .outputs import EngineCoreOutput, EngineCoreOutputs, KVConnectorOutput, ModelRunnerOutput, SchedulerOutput
+from .outputs import (
+    EngineCoreOutput,
+    EngineCoreOutputs,
+    KVConnectorOutput,
+    ModelRunnerOutput,
+    SchedulerOutput,
+    SteadyTokens,
+)
 from .request import Request, RequestStatus
 from .stop_checker import check_stop
 
@@ -51,6 +58,9 @@ class OutputProcessorMixin:
             outputs.extend(scheduler_output.steady.update(self, stopped_running))
         requests = self.requests
         max_model_len = self.max_model_len
+        # One-token outputs that finish nothing, as one `SteadyTokens` (the
+        # in-process runtime's proxy keeps such tokens as runs).
+        bulk: list[str] | None = [] if self.bulk_token_outputs else None
         req_id_to_index = model_runner_output.req_id_to_index
         caching = self.kv_cache_manager.enable_caching
         cache_blocks = self.kv_cache_manager.cache_blocks
@@ -88,15 +98,18 @@ class OutputProcessorMixin:
                 # With placeholders, allocate_slots could not cache the blocks
                 # these tokens complete (their ids were not known yet).
                 cache_blocks(request, request.num_computed_tokens - request.num_in_flight_tokens)
-            finish_reason = None
-            kv_transfer_params = None
-            if stopped:
-                finish_reason = request.get_finished_reason()
-                kv_transfer_params = self._free_request(request)
-                if status_before_stop == RequestStatus.RUNNING:
-                    stopped_running.add(request)
+            if not stopped:
+                if bulk is not None and len(new_token_ids) == 1:
+                    bulk.append(req_id)
                 else:
-                    stopped_preempted.add(request)
+                    outputs.append(EngineCoreOutput(req_id, new_token_ids, None, request.stop_reason))
+                continue
+            finish_reason = request.get_finished_reason()
+            kv_transfer_params = self._free_request(request)
+            if status_before_stop == RequestStatus.RUNNING:
+                stopped_running.add(request)
+            else:
+                stopped_preempted.add(request)
             outputs.append(
                 EngineCoreOutput(
                     request_id=req_id,
@@ -104,9 +117,17 @@ class OutputProcessorMixin:
                     finish_reason=finish_reason,
                     stop_reason=request.stop_reason,
                     kv_transfer_params=kv_transfer_params,
-                    num_preemptions=request.num_preemptions if stopped else 0,
+                    num_preemptions=request.num_preemptions,
                 )
             )
+        if bulk:
+            # Ahead of the other outputs, in one object with the steady
+            # part's (the proxy records a batch's tokens before its finishes
+            # either way: they are other requests').
+            if outputs and type(outputs[0]) is SteadyTokens:
+                outputs[0] = SteadyTokens(outputs[0].request_ids + bulk)
+            else:
+                outputs.insert(0, SteadyTokens(bulk))
 
         if stopped_running:
             self.running = [r for r in self.running if r not in stopped_running]

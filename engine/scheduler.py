@@ -80,6 +80,10 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
         # can undo the cohort's checks of a running request.
         self.steady_epoch = 0
         self.steady_cohort: SteadyCohort | None = None
+        # Set by the in-process runtime while it runs a batch (its proxy
+        # reads `SteadyTokens`): `update_from_output` then gives a step's
+        # one-token outputs that finish nothing as one object.
+        self.bulk_token_outputs = False
         self.counters = SchedulerCounters()
 
     # ------------------------------------------------------------------ queue

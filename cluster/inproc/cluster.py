@@ -20,6 +20,7 @@ from decode_node.node import DecodeNode
 from engine import fast_paths
 from engine.records import RequestRecord, WorkloadRequest
 from engine.sampler import DeterministicSampler
+from engine.scheduler import Scheduler
 from node.messages import RequestMessage
 from node.ports import NodePorts
 from node.role import NodeRole
@@ -257,7 +258,18 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
         forwarder = SteadyDecodeForwarder(self, node, executor)
         self._forwarders.append(forwarder)
         node.loop.fast_forward = forwarder
+        self._bulk_outputs(node, self.fast_forward_active)  # a node restarted mid-run
         return node
+
+    @staticmethod
+    def _bulk_outputs(node: NodeRole, on: bool) -> None:
+        """A decode node's one-token outputs reach the proxy as one
+        `SteadyTokens` per step, kept as token runs (token_runs.py), while a
+        batch run takes the fast paths (the paced `serve` driver reads
+        records while time passes). v1 only: v0 has its own outputs."""
+        scheduler = node.core.scheduler
+        if isinstance(scheduler, Scheduler):
+            scheduler.bulk_token_outputs = on
 
     def _rebuild_routers(self) -> None:
         live_prefill = [n for n in self.prefill_nodes if n.alive]
@@ -294,10 +306,14 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
 
     def _run(self, until: float | None, max_events: int | None) -> RunResult:
         self.fast_forward_active = fast_paths.enabled() and until is None and not self._debug_invariants
+        for node in self.decode_nodes:
+            self._bulk_outputs(node, self.fast_forward_active)
         try:
             self.loop.run(until=until, max_events=max_events)
         finally:
             self.fast_forward_active = False
+            for node in self.decode_nodes:
+                self._bulk_outputs(node, False)
             self._token_runs.close_all()
         reports = {name: n.report() for name, n in self.nodes.items() if n.alive}
         steps = [s for r in reports.values() for s in r.steps]
