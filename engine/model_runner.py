@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import fast_paths
 from .cost_model import StepShape
 from .kv_connector.pd_connector import RecvSpec
 from .outputs import KVConnectorOutput, ModelRunnerOutput, SchedulerOutput
@@ -205,11 +206,17 @@ class SimModelRunner:
             assert lag is not None  # made with the store
             lag.steps_done(steady.batch.base + 1, [now])
             lag.in_flight = False
+        # A decode's read and write in one call (`ShadowKVStore.decode`: the
+        # same findings and marks; engine/fast_paths.py).
+        decode = shadow.decode if shadow is not None and fast_paths.enabled() else None
         for req_id, table, start, n, samples in plan.entries:
             if shadow is not None:
-                if start:
-                    shadow.read(req_id, table, start, now)
-                shadow.write(req_id, table, start, start + n, now)
+                if decode is not None and n == 1 and start:
+                    decode(req_id, table, start, 1, now, now)
+                else:
+                    if start:
+                        shadow.read(req_id, table, start, now)
+                    shadow.write(req_id, table, start, start + n, now)
             req_ids.append(req_id)
             sampled.append([token_at(req_id, start + n)] if samples else [])
         return ModelRunnerOutput(

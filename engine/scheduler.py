@@ -391,13 +391,29 @@ class AsyncScheduler(Scheduler):
     placeholder, so the next step can be built before this one's output."""
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
-        super()._update_after_schedule(scheduler_output)
+        # The base class's pass with the placeholder added in it (one pass
+        # over the step's requests instead of two, every step).
         requests = self.requests
-        for req_id in scheduler_output.num_scheduled_tokens:
+        defer = self.defer_block_free
+        seq = self.sched_step_seq
+        partial = scheduler_output.partial_prefill_req_ids
+        inflight_prefills = self._inflight_prefills
+        for req_id, n in scheduler_output.num_scheduled_tokens.items():
             request = requests[req_id]
-            if request.is_prefill_chunk:
-                continue
-            request.num_output_placeholders += 1
+            computed = request.num_computed_tokens = request.num_computed_tokens + n
+            request.num_in_flight_tokens += n
+            if defer:
+                request.last_sched_seq = seq
+            if computed < request.num_tokens + request.num_output_placeholders:
+                request.is_prefill_chunk = True
+                partial.add(req_id)
+            else:
+                request.is_prefill_chunk = False
+                if inflight_prefills:
+                    inflight_prefills.discard(request)
+                request.num_output_placeholders += 1
+        self.finished_req_ids = set()
+        self.reset_preempted_req_ids = set()
 
 
 def create_scheduler_for(vllm_config: VllmConfig, connector: KVConnectorBase | None = None) -> Scheduler:
