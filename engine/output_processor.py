@@ -62,8 +62,11 @@ class OutputProcessorMixin:
         # in-process runtime's proxy keeps such tokens as runs).
         bulk: list[str] | None = [] if self.bulk_token_outputs else None
         req_id_to_index = model_runner_output.req_id_to_index
-        caching = self.kv_cache_manager.enable_caching
-        cache_blocks = self.kv_cache_manager.cache_blocks
+        kvm = self.kv_cache_manager
+        caching = kvm.enable_caching
+        cache_blocks = kvm.cache_blocks
+        num_cached_block = kvm.num_cached_block
+        block_size = self.block_size
         for req_id, n in num_scheduled_tokens.items():
             request = requests.get(req_id)
             output_is_stale = False
@@ -97,7 +100,10 @@ class OutputProcessorMixin:
             if caching and had_placeholders and not output_is_stale and status_before_stop == RequestStatus.RUNNING:
                 # With placeholders, allocate_slots could not cache the blocks
                 # these tokens complete (their ids were not known yet).
-                cache_blocks(request, request.num_computed_tokens - request.num_in_flight_tokens)
+                upto = request.num_computed_tokens - request.num_in_flight_tokens
+                # (`cache_blocks` returns at once unless a block completed: most tokens.)
+                if min(upto, request.num_tokens) // block_size > num_cached_block.get(req_id, 0):
+                    cache_blocks(request, upto)
             if not stopped:
                 if bulk is not None and len(new_token_ids) == 1:
                     bulk.append(req_id)
