@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import fast_paths
+from .bulk_step import BulkPart
 from .cost_model import StepShape
 from .kv_connector.pd_connector import RecvSpec
 from .outputs import KVConnectorOutput, ModelRunnerOutput, SchedulerOutput
@@ -37,8 +38,11 @@ class StepPlan:
     shape: StepShape
     # (request id, block table at submit time, computed_before, n, samples)
     entries: list[tuple[str, list[int], int, int, bool]] = field(default_factory=list)
-    # The step's steady-decode requests, handled in bulk (engine/steady_step.py).
+    # The step's steady-decode requests, handled in bulk (engine/steady_step.py,
+    # engine/bulk_step.py).
     steady: Any = None
+    # A bulk step's requests' block tables when it was submitted (with a shadow store).
+    bulk_tables: list[list[int]] | None = None
 
     def loads(self) -> list[RecvSpec]:
         """The KV loads this step starts (the connector's `reqs_to_recv`)."""
@@ -164,14 +168,29 @@ class SimModelRunner:
             context += start + n
             entries.append((req_id, state.block_ids, start, n, req_id not in partial))
         batch_size = len(entries)
-        if steady is not None:
+        bulk_tables = None
+        if type(steady) is BulkPart:
+            # Requests decoding one token each, their shape terms summed when scheduled;
+            # their block tables as of now (a later step may give one a new table).
+            p_, d_, c_, dc_, pairs_ = steady.shape_terms
+            prefill += p_
+            decode += d_
+            context += c_
+            decode_context += dc_
+            pairs += pairs_
+            batch_size += len(steady.members)
+            if shadow is not None:
+                bulk_tables = [reqs[r.request_id].block_ids for r in steady.members]
+        elif steady is not None:
             b = len(steady.batch.requests)
             ctx = steady.batch.context + b
             decode += b
             decode_context += ctx
             context += ctx
             batch_size += b
-        return StepPlan(so, StepShape(prefill, decode, context, batch_size, decode_context, pairs), entries, steady)
+        return StepPlan(
+            so, StepShape(prefill, decode, context, batch_size, decode_context, pairs), entries, steady, bulk_tables
+        )
 
     def forget(self, req_id: str) -> None:
         """A finished request: its block table goes (and the shadow store's read cache)."""
@@ -199,7 +218,16 @@ class SimModelRunner:
         req_ids: list[str] = []
         sampled: list[list[int]] = []
         steady = plan.steady
-        if shadow is not None and steady is not None:
+        if plan.bulk_tables is not None:
+            # A bulk step's requests first (they lead the running order), as
+            # the entries below: a read up to the token, then its write.
+            assert shadow is not None  # the tables are kept only for the store
+            for r, table, start in zip(steady.members, plan.bulk_tables, steady.starts):
+                if start:
+                    shadow.decode(r.request_id, table, start, 1, now, now)
+                else:
+                    shadow.write(r.request_id, table, 0, 1, now)
+        elif shadow is not None and steady is not None:
             # One decode each, owed: the cohort issues its members' decodes
             # when it settles them (engine/steady_shadow.py).
             lag = steady.batch.cohort.shadow_lag

@@ -55,7 +55,9 @@ class OutputProcessorMixin:
             # The step's steady-decode requests first (they lead the running
             # order): one token each, in bulk (engine/steady_step.py; the part
             # brings its own update: no import of it here, which would be circular).
-            outputs.extend(scheduler_output.steady.update(self, stopped_running))
+            outputs.extend(
+                scheduler_output.steady.update(self, stopped_running, stopped_preempted, failed_kv_load_req_ids)
+            )
         requests = self.requests
         max_model_len = self.max_model_len
         # One-token outputs that finish nothing, as one `SteadyTokens` (the

@@ -12,8 +12,10 @@ builds steps.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from . import fast_paths
+from .bulk_step import schedule_bulk
 from .config import VllmConfig
 from .counters import SchedulerCounters
 from .kv_cache_manager import NO_NEW_BLOCKS, KVCacheBlocks, KVCacheManager, cdiv
@@ -28,6 +30,9 @@ from .waiting_pass import WaitingPassMixin
 
 
 class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
+    # Whether a scheduled decode adds an output placeholder (AsyncScheduler).
+    adds_output_placeholders = False
+
     def __init__(self, vllm_config: VllmConfig, connector: KVConnectorBase | None = None) -> None:
         self.vllm_config = vllm_config
         sc = self.scheduler_config = vllm_config.scheduler_config
@@ -84,6 +89,8 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
         # reads `SteadyTokens`): `update_from_output` then gives a step's
         # one-token outputs that finish nothing as one object.
         self.bulk_token_outputs = False
+        # The node's sampler, for those runs' bulk steps (engine/bulk_step.py).
+        self.token_at: Callable[[str, int], int] | None = None
         self.counters = SchedulerCounters()
 
     # ------------------------------------------------------------------ queue
@@ -179,6 +186,12 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         if not (self.running or self.waiting or self.kv_holding_waiting) and fast_paths.enabled():
             return self._schedule_nothing()
+        if self.bulk_token_outputs and not throttle_prefills and self.token_at is not None and fast_paths.enabled():
+            # Every running request decoding one token: their share in bulk
+            # (engine/bulk_step.py), or None and the full pass below.
+            bulk = schedule_bulk(self, self.token_at)
+            if bulk is not None:
+                return bulk
         self._step_begins()
         scheduled_new_reqs: list[Request] = []
         scheduled_resumed_reqs: list[Request] = []
@@ -389,6 +402,8 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
 class AsyncScheduler(Scheduler):
     """vLLM's `AsyncScheduler`: every scheduled decode adds an output
     placeholder, so the next step can be built before this one's output."""
+
+    adds_output_placeholders = True
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
         # The base class's pass with the placeholder added in it (one pass

@@ -37,8 +37,11 @@ class SteadyPart:
     finishing: list[Request]  # the requests the step finishes (by their length cap), in running order
     epoch: int  # the scheduler's steady epoch when the step was scheduled
 
-    def update(self, s: Scheduler, stopped_running: set[Request]) -> list:
-        """`update_from_output` for these requests (`update_steady`)."""
+    def update(
+        self, s: Scheduler, stopped_running: set[Request], stopped_preempted: set[Request], failed: set[str]
+    ) -> list:
+        """`update_from_output` for these requests (`update_steady`; none of
+        them can be preempted or have a failed KV load: both are plain steps)."""
         return update_steady(s, self, stopped_running)
 
 

@@ -264,12 +264,14 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
     @staticmethod
     def _bulk_outputs(node: NodeRole, on: bool) -> None:
         """A decode node's one-token outputs reach the proxy as one
-        `SteadyTokens` per step, kept as token runs (token_runs.py), while a
-        batch run takes the fast paths (the paced `serve` driver reads
+        `SteadyTokens` per step, kept as token runs (token_runs.py), and its
+        decode-only steps are scheduled in bulk (engine/bulk_step.py), while
+        a batch run takes the fast paths (the paced `serve` driver reads
         records while time passes). v1 only: v0 has its own outputs."""
         scheduler = node.core.scheduler
         if isinstance(scheduler, Scheduler):
             scheduler.bulk_token_outputs = on
+            scheduler.token_at = node.core.sampler.token_at if on else None  # its bulk steps' (engine/bulk_step.py)
 
     def _rebuild_routers(self) -> None:
         live_prefill = [n for n in self.prefill_nodes if n.alive]
