@@ -151,7 +151,12 @@ def schedule_bulk(s: Scheduler, token_at: Callable[[str, int], int]) -> Schedule
         # The async guard: the step in flight already yields the last token.
         if placeholders > 0 and computed + 2 - placeholders >= request.num_prompt_tokens + request.max_tokens:
             continue
-        if request.spec_token_ids or request.num_tokens + placeholders - computed != 1:
+        if request.spec_token_ids:
+            return None
+        num_new_tokens = request.num_tokens + placeholders - computed
+        if num_new_tokens != 1:
+            if num_new_tokens <= 0:
+                continue  # its output is still in flight (pipeline stages): skipped, as on the plain path
             return None
         if computed + 2 > max_model_len:
             continue  # no token fits under max_model_len: skipped, as on the plain path

@@ -2,7 +2,9 @@
 the random scenarios of tests/e2e_inproc/test_fast_paths.py ("random") and
 test_fast_paths_faults.py ("faults"), and larger runs most of whose steps
 are forwarded ("steady": up to 150 requests, prefix caching, shadow KV, a
-prefill node, block size and pool at random), on many more seeds than the
+prefill node, block size and pool at random) and the same on decode nodes
+with several steps in flight, most of whose steps are bulk steps ("bulk":
+async scheduling, pipeline stages; engine/bulk_step.py), on many more seeds than the
 test suite runs, each with the fast paths off and on and the results
 compared bit for bit, with the steady cohort checked against one built from
 scratch at every use.
@@ -27,10 +29,10 @@ import engine.steady_cohort as steady_cohort
 from cluster.spec import ClusterSpec
 from engine.records import WorkloadRequest
 from tests.e2e_inproc.fast_paths_helpers import assert_identical, random_scenario, run_both
-from tests.e2e_inproc.test_fast_paths import _poisson, _steady_cluster
+from tests.e2e_inproc.test_fast_paths import _bulk_cluster, _poisson, _steady_cluster
 from tests.e2e_inproc.test_fast_paths_faults import _scenario_with_faults, run_with
 
-KINDS = ("random", "faults", "steady")
+KINDS = ("random", "faults", "steady", "bulk")
 
 
 def steady_scenario(rng: random.Random) -> tuple[ClusterSpec, list[WorkloadRequest]]:
@@ -49,10 +51,30 @@ def steady_scenario(rng: random.Random) -> tuple[ClusterSpec, list[WorkloadReque
     return spec, workload
 
 
+def bulk_scenario(rng: random.Random) -> tuple[ClusterSpec, list[WorkloadRequest]]:
+    """The steady scenario on decode nodes that keep several steps in flight
+    (async scheduling, pipeline stages): most of their steps are bulk steps
+    (engine/bulk_step.py), with preemptions when the pool is small."""
+    block_size = rng.choice([4, 8, 16])
+    spec = _bulk_cluster(
+        rng.choice([0, 1]),
+        rng.random() < 0.5,
+        pp_size=rng.choice([1, 2, 3]),
+        async_scheduling=rng.random() < 0.7,
+        num_gpu_blocks=rng.choice([1500, 3000, 12000, 48000]) // block_size,  # tokens: the smaller preempt
+        max_num_seqs=rng.choice([8, 32, 128]),
+        max_num_batched_tokens=rng.choice([512, 2048]),
+        enable_prefix_caching=rng.random() < 0.5,
+        block_size=block_size,
+    )
+    workload = _poisson(rng.randint(30, 150), rng.choice([2.0, 10.0, 40.0]), rng.randrange(2**31), out=(1, 400))
+    return spec, workload
+
+
 def check_seed(seed: int, kind: str) -> None:
     """One scenario of `kind` (`KINDS`) both ways; raises if they differ."""
-    if kind == "steady":
-        spec, workload = steady_scenario(random.Random(seed))
+    if kind in ("steady", "bulk"):
+        spec, workload = (steady_scenario if kind == "steady" else bulk_scenario)(random.Random(seed))
         assert_identical(*run_both(spec, workload, seed=seed))
     elif kind == "random":
         cluster, workload, max_concurrency = random_scenario(random.Random(seed))

@@ -57,6 +57,20 @@ def _steady_cluster(prefill: int, shadow: bool, **engine) -> ClusterSpec:
     )
 
 
+def _bulk_cluster(prefill: int, shadow: bool, pp_size: int, async_scheduling: bool, **engine) -> ClusterSpec:
+    """`_steady_cluster` whose decode node keeps several steps in flight:
+    its decode-only steps are bulk steps (engine/bulk_step.py)."""
+    e = {"num_gpu_blocks": 3000, "max_num_seqs": 32, "max_num_batched_tokens": 2048, "enable_prefix_caching": False}
+    e.update(engine)
+    return ClusterSpec.model_validate(
+        {
+            "prefill": {"count": prefill, "engine": dict(e)},
+            "decode": {"count": 1, "pp_size": pp_size, "engine": dict(e, async_scheduling=async_scheduling)},
+            "shadow_kv": shadow,
+        }
+    )
+
+
 def _poisson(n: int, rate: float, seed: int, out: tuple[int, int] = (20, 300)) -> list[WorkloadRequest]:
     rng = random.Random(seed)
     t = 0.0
@@ -100,6 +114,44 @@ def test_steady_decode_with_prefix_caching_is_exact(seed: int, prefill: int, sha
     assert not fast.invariant_errors
     assert fast.extra["steps_fast_forwarded"] > len(fast.steps) // 3
     assert fast.node_counters["decode-0"]["prefix_cache_hits"] > 0
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_bulk_steps_are_exact(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decode nodes that keep several steps in flight (async scheduling,
+    pipeline stages) schedule their decode-only steps in bulk
+    (engine/bulk_step.py), small pools included (preemptions, then bulk
+    steps again): the same results as the plain path, and most steps bulk."""
+    import engine.scheduler as scheduler_module
+
+    taken = {"bulk": 0, "plain": 0}
+    schedule_bulk = scheduler_module.schedule_bulk
+
+    def counted(s, token_at):
+        so = schedule_bulk(s, token_at)
+        taken["plain" if so is None else "bulk"] += 1
+        return so
+
+    monkeypatch.setattr(scheduler_module, "schedule_bulk", counted)
+    rng = random.Random(seed)
+    block_size = rng.choice([4, 16])
+    pp_size, async_scheduling = rng.choice([1, 2, 3]), seed % 4 != 3
+    spec = _bulk_cluster(
+        rng.choice([0, 1]),
+        rng.random() < 0.5,
+        pp_size=pp_size,
+        async_scheduling=async_scheduling,
+        num_gpu_blocks=rng.choice([1500, 5000, 48000]) // block_size,  # tokens: the smallest preempts
+        max_num_seqs=rng.choice([8, 32]),
+        enable_prefix_caching=rng.random() < 0.5,
+        block_size=block_size,
+    )
+    workload = _poisson(rng.randint(20, 60), rng.choice([5.0, 20.0]), seed, out=(1, 200))
+    plain, fast = run_both(spec, workload, seed=seed)
+    assert_identical(plain, fast)
+    assert not fast.invariant_errors
+    if async_scheduling or pp_size > 1:  # (else the steady fast-forward takes most steps)
+        assert taken["bulk"] > taken["plain"], taken
 
 
 def test_fast_forward_does_most_steps_of_a_light_load() -> None:

@@ -25,5 +25,6 @@ def test_a_difference_is_reported_by_seed(monkeypatch, capsys) -> None:
     monkeypatch.setattr(sys, "argv", ["fuzz_fast_paths", "--seeds", "1", "--first-seed", "7"])
     assert fuzz_fast_paths.main() == 1
     out = capsys.readouterr().out
-    assert "1 checked both ways (3 scenarios), 3 failing" in out
-    assert "seed 7 (random)" in out and "seed 7 (faults)" in out and "seed 7 (steady)" in out
+    assert "1 checked both ways (4 scenarios), 4 failing" in out
+    for kind in ("random", "faults", "steady", "bulk"):
+        assert f"seed 7 ({kind})" in out
