@@ -6,6 +6,11 @@ the command to the last file written: start-up, the run, the results JSON,
 the step trace, the plots and report.html.
 
     .venv/bin/python -m benchmarks.cli_speed [--requests 10000] [--repeats 3] [--old-commit C] [--record]
+        [--scenario FILE]
+
+`--scenario FILE` times that scenario file instead (all its variants and
+repeats; e.g. scenarios/frozen-workload.yaml, whose decode node uses async
+scheduling); the run's own time is then the sum over its runs.
 
 Each run is a fresh `python -m bench.cli run` process with `PYTHONPATH` at
 the tree to time, writing into a new temporary directory. The run's own
@@ -58,17 +63,18 @@ def time_cli(tree: Path, scenario_file: Path) -> dict:
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             raise RuntimeError(f"disagg-sim run in {tree} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-        [result_file] = Path(f"{out}/run").glob("*__r0.json")
-        result = json.loads(result_file.read_text())
-        commit = result["provenance"].get("git", {}).get("commit")
+        results = [json.loads(f.read_text()) for f in sorted(Path(f"{out}/run").glob("*__r*.json"))]
+        if not results:
+            raise RuntimeError(f"disagg-sim run in {tree} wrote no results")
+        commit = results[0]["provenance"].get("git", {}).get("commit")
         head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True)
         if commit != head.stdout.strip():
             raise RuntimeError(f"the run in {tree} reports commit {commit}, not the tree's {head.stdout.strip()}")
         return {
             "wall_s": wall,
-            "run_s": result["extra"]["wall_seconds"],
-            "completed": result["completed"],
-            "steps": sum(n["num_steps"] for n in result["steps_per_node"].values()),
+            "run_s": sum(r["extra"]["wall_seconds"] for r in results),
+            "completed": sum(r["completed"] for r in results),
+            "steps": sum(n["num_steps"] for r in results for n in r["steps_per_node"].values()),
             "commit": commit,
         }
 
@@ -79,7 +85,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--old-commit", default=None, help="time this commit interleaved with the current tree")
     ap.add_argument("--record", action="store_true")
+    ap.add_argument("--scenario", type=Path, default=None, help="time this scenario file instead of W1")
     args = ap.parse_args()
+    if args.scenario is not None and not args.scenario.is_file():
+        raise SystemExit(f"--scenario {args.scenario}: no such file")
     if args.requests < 1 or args.repeats < 1:
         raise SystemExit("--requests and --repeats must be >= 1")
     old_tree = inproc_speed._worktree(args.old_commit) if args.old_commit else None
@@ -88,7 +97,10 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             scenario_file = Path(tmp) / "w1-cli.yaml"
-            scenario_file.write_text(yaml.safe_dump(scenario(args.requests), sort_keys=False))
+            if args.scenario is not None:
+                scenario_file.write_text(args.scenario.read_text())  # (the same file for both trees)
+            else:
+                scenario_file.write_text(yaml.safe_dump(scenario(args.requests), sort_keys=False))
             for rep in range(args.repeats):
                 for side, tree in sides:
                     r = time_cli(tree, scenario_file)  # type: ignore[arg-type]  # old_tree is set on the old side
@@ -110,12 +122,14 @@ def main() -> None:
 
 
 def _entry(args, runs: dict[str, list[dict]]) -> str:
+    what = f"`{args.scenario}`" if args.scenario is not None else f"W1, {args.requests} requests,"
     lines = [
-        f"### {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — W1 through `disagg-sim run`, {args.requests} requests, "
+        f"### {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — {what} through `disagg-sim run`, "
         f"median of {args.repeats}" + (f", against {args.old_commit}" if args.old_commit else ""),
         "",
         f"{machine_line()} Tree: {tree_label()}. Command: `.venv/bin/python -m benchmarks.cli_speed "
-        f"--requests {args.requests} --repeats {args.repeats}"
+        + (f"--scenario {args.scenario}" if args.scenario is not None else f"--requests {args.requests}")
+        + f" --repeats {args.repeats}"
         + (f" --old-commit {args.old_commit}" if args.old_commit else "")
         + " --record`.",
         "",
