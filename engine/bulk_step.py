@@ -99,9 +99,17 @@ class BulkPart:
             status_before_stop = request.status
             had_placeholders = request.num_output_placeholders > 0
             token = token_at(req_id, start + 1)
-            request._output_token_ids.append(token)
-            request.num_tokens += 1
-            stopped = check_stop(request, max_model_len)
+            outputs = request._output_token_ids
+            outputs.append(token)
+            num_tokens = request.num_tokens = request.num_tokens + 1
+            params = request.sampling_params
+            if token != request.eos_token_id and not params.stop_token_ids and len(outputs) >= params.min_tokens:
+                # `check_stop` when neither EOS nor a stop token can end it: the length caps alone.
+                stopped = num_tokens >= max_model_len or len(outputs) >= request.max_tokens
+                if stopped:
+                    request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+            else:
+                stopped = check_stop(request, max_model_len)
             if not output_is_stale and had_placeholders:
                 request.num_output_placeholders -= 1
             if caching and had_placeholders and not output_is_stale and status_before_stop == running:
@@ -143,6 +151,8 @@ def schedule_bulk(s: Scheduler, token_at: Callable[[str, int], int]) -> Schedule
     free = kvm.block_pool.get_num_free_blocks()
     members: list[Request] = []
     starts: list[int] = []
+    # The step's shape terms, as the model runner adds them up per entry.
+    prefill = decode = context = decode_context = pairs = 0
     # The running pass's decisions first, changing nothing: who is scheduled,
     # and whether every allocation fits (each takes at most what it lacks).
     for request in running:
@@ -168,9 +178,16 @@ def schedule_bulk(s: Scheduler, token_at: Callable[[str, int], int]) -> Schedule
                 return None  # an allocation would fail: preemption is the plain path's
         members.append(request)
         starts.append(computed)
+        if computed < request.num_prompt_tokens:
+            prefill += 1
+            pairs += computed + 1
+        else:
+            decode += 1
+            decode_context += computed + 1
+        context += computed + 1
     b = len(members)
-    if b > s.max_num_scheduled_tokens or b > s.scheduler_config.max_num_batched_tokens:
-        return None  # the budget would end the running pass early
+    if b == 0 or b > s.max_num_scheduled_tokens or b > s.scheduler_config.max_num_batched_tokens:
+        return None  # nobody to decode, or the budget would end the running pass early
 
     s._step_begins()
     num_running, num_waiting = s.get_request_counts()
@@ -217,16 +234,6 @@ def schedule_bulk(s: Scheduler, token_at: Callable[[str, int], int]) -> Schedule
     so = s._make_scheduler_output(
         scheduled_new_reqs, [], scheduled_resumed_reqs, req_to_new_blocks, num_scheduled_tokens, total
     )
-    # The step's shape terms, as the model runner adds them up per entry.
-    prefill = decode = context = decode_context = pairs = 0
-    for request, computed in zip(members, starts):
-        if computed < request.num_prompt_tokens:
-            prefill += 1
-            pairs += computed + 1
-        else:
-            decode += 1
-            decode_context += computed + 1
-        context += computed + 1
     async_placeholders = s.adds_output_placeholders
     so.steady = BulkPart(
         members, starts, new_blocks, (prefill, decode, context, decode_context, pairs), token_at, async_placeholders

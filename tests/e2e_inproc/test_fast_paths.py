@@ -150,8 +150,10 @@ def test_bulk_steps_are_exact(seed: int, monkeypatch: pytest.MonkeyPatch) -> Non
     plain, fast = run_both(spec, workload, seed=seed)
     assert_identical(plain, fast)
     assert not fast.invariant_errors
-    if async_scheduling or pp_size > 1:  # (else the steady fast-forward takes most steps)
+    if async_scheduling:
         assert taken["bulk"] > taken["plain"], taken
+    elif pp_size > 1:  # (a synchronous node skips a request whose output is in flight: some steps decode nobody)
+        assert taken["bulk"] > taken["plain"] // 3, taken
 
 
 def test_fast_forward_does_most_steps_of_a_light_load() -> None:
