@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from itertools import repeat
+from itertools import islice, repeat
 
 from . import fast_paths
 from .shadow_kv_decode import DecodeChains
@@ -368,7 +368,9 @@ class ShadowKVStore(DecodeChains):
         full_blocks, tail = divmod(num_tokens, bs)
         nblocks = full_blocks + (1 if tail else 0)
         bad = self._bad.get(request_id)
-        if bad:
+        # A preempted request keeps the blocks it lost in its bad set; most
+        # of them are not in its new table: that test runs in C.
+        if bad and not bad.isdisjoint(islice(block_table, nblocks)):
             for idx in range(nblocks):
                 block = block_table[idx]
                 if block in bad:
