@@ -214,26 +214,7 @@ def schedule_bulk(s: Scheduler, token_at: Callable[[str, int], int]) -> Schedule
                 new_blocks.append((request, block.block_id))
     kvm.num_allocate_slots_calls += skipped_calls
 
-    scheduled_new_reqs: list[Request] = []
-    scheduled_resumed_reqs: list[Request] = []
-    req_to_new_blocks: dict = {}
-    num_scheduled_tokens: dict[str, int] = {}
-    s._schedule_waiting(
-        s.max_num_scheduled_tokens - b,
-        s.scheduler_config.max_num_batched_tokens - b,
-        False,
-        long_prefill_threshold,
-        scheduled_new_reqs,
-        scheduled_resumed_reqs,
-        req_to_new_blocks,
-        num_scheduled_tokens,
-    )
-    total = b + sum(num_scheduled_tokens.values())
-    assert total <= s.max_num_scheduled_tokens
-    assert len(s.running) <= s.max_num_running_reqs
-    so = s._make_scheduler_output(
-        scheduled_new_reqs, [], scheduled_resumed_reqs, req_to_new_blocks, num_scheduled_tokens, total
-    )
+    so = s._output_after_bulk_running(b, long_prefill_threshold)
     async_placeholders = s.adds_output_placeholders
     so.steady = BulkPart(
         members, starts, new_blocks, (prefill, decode, context, decode_context, pairs), token_at, async_placeholders

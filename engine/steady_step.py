@@ -74,25 +74,7 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
         # The blocks their tokens complete in this step are cached before
         # the waiting pass looks up its hits (`allocate_slots` order).
         SteadyCaching(kvm, core.sampler, batch.cohort, s.current_step - 1, [[], []], 1).step(1)
-    scheduled_new_reqs: list[Request] = []
-    scheduled_resumed_reqs: list[Request] = []
-    req_to_new_blocks: dict = {}
-    num_scheduled_tokens: dict[str, int] = {}
-    s._schedule_waiting(
-        s.max_num_scheduled_tokens - b,
-        s.scheduler_config.max_num_batched_tokens - b,
-        False,
-        long_prefill_threshold,
-        scheduled_new_reqs,
-        scheduled_resumed_reqs,
-        req_to_new_blocks,
-        num_scheduled_tokens,
-    )
-    total = b + sum(num_scheduled_tokens.values())
-    assert total <= s.max_num_scheduled_tokens
-    so = s._make_scheduler_output(
-        scheduled_new_reqs, [], scheduled_resumed_reqs, req_to_new_blocks, num_scheduled_tokens, total
-    )
+    so = s._output_after_bulk_running(b, long_prefill_threshold)
     # `_update_after_schedule` for the steady requests: their counters are
     # written lazily (`SteadyCohort.settle`).
     so.steady = SteadyPart(batch, new_blocks, core.sampler.token_at, batch.finishing(1), s.steady_epoch)

@@ -34,6 +34,35 @@ class StepOutputMixin:
         so.sched_step_seq = self.sched_step_seq
         self._update_after_schedule(so)
 
+    def _output_after_bulk_running(  # type: ignore[misc]
+        self: Scheduler, b: int, long_prefill_threshold: int
+    ) -> SchedulerOutput:
+        """The rest of a step whose running pass gave `b` requests one token
+        each in bulk (steady_step.py, bulk_step.py): the scheduler's own
+        waiting pass with what they left of the budgets, and the step's
+        output, whose per-request fields hold only what that pass admitted;
+        `total_num_scheduled_tokens` counts the `b` tokens too."""
+        scheduled_new_reqs: list[Request] = []
+        scheduled_resumed_reqs: list[Request] = []
+        req_to_new_blocks: dict[str, KVCacheBlocks] = {}
+        num_scheduled_tokens: dict[str, int] = {}
+        self._schedule_waiting(
+            self.max_num_scheduled_tokens - b,
+            self.scheduler_config.max_num_batched_tokens - b,
+            False,
+            long_prefill_threshold,
+            scheduled_new_reqs,
+            scheduled_resumed_reqs,
+            req_to_new_blocks,
+            num_scheduled_tokens,
+        )
+        total = b + sum(num_scheduled_tokens.values())
+        assert total <= self.max_num_scheduled_tokens
+        assert len(self.running) <= self.max_num_running_reqs
+        return self._make_scheduler_output(
+            scheduled_new_reqs, [], scheduled_resumed_reqs, req_to_new_blocks, num_scheduled_tokens, total
+        )
+
     def _make_scheduler_output(  # type: ignore[misc]
         self: Scheduler,
         scheduled_new_reqs: list[Request],
