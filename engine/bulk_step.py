@@ -43,7 +43,7 @@ class BulkPart:
     """The running requests of a step scheduled by `schedule_bulk`: each
     decodes (or, its prompt's last token, prefills) one token."""
 
-    __slots__ = ("members", "starts", "new_blocks", "shape_terms", "token_at", "async_placeholders")
+    __slots__ = ("members", "starts", "new_blocks", "shape_terms", "token_at")
 
     def __init__(
         self,
@@ -52,7 +52,6 @@ class BulkPart:
         new_blocks: list[tuple[Request, int]],
         shape_terms: tuple[int, int, int, int, int],
         token_at: Callable[[str, int], int],
-        async_placeholders: bool,
     ) -> None:
         self.members = members  # in running order
         self.starts = starts  # each one's computed tokens before the step
@@ -60,7 +59,6 @@ class BulkPart:
         # (prefill tokens, decode tokens, context, decode context, prefill attention pairs)
         self.shape_terms = shape_terms
         self.token_at = token_at
-        self.async_placeholders = async_placeholders
 
     def update(
         self, s: Scheduler, stopped_running: set[Request], stopped_preempted: set[Request], failed: set[str]
@@ -99,17 +97,9 @@ class BulkPart:
             status_before_stop = request.status
             had_placeholders = request.num_output_placeholders > 0
             token = token_at(req_id, start + 1)
-            outputs = request._output_token_ids
-            outputs.append(token)
-            num_tokens = request.num_tokens = request.num_tokens + 1
-            params = request.sampling_params
-            if token != request.eos_token_id and not params.stop_token_ids and len(outputs) >= params.min_tokens:
-                # `check_stop` when neither EOS nor a stop token can end it: the length caps alone.
-                stopped = num_tokens >= max_model_len or len(outputs) >= request.max_tokens
-                if stopped:
-                    request.status = RequestStatus.FINISHED_LENGTH_CAPPED
-            else:
-                stopped = check_stop(request, max_model_len)
+            request._output_token_ids.append(token)
+            request.num_tokens += 1
+            stopped = check_stop(request, max_model_len)
             if not output_is_stale and had_placeholders:
                 request.num_output_placeholders -= 1
             if caching and had_placeholders and not output_is_stale and status_before_stop == running:
@@ -215,15 +205,13 @@ def schedule_bulk(s: Scheduler, token_at: Callable[[str, int], int]) -> Schedule
     kvm.num_allocate_slots_calls += skipped_calls
 
     so = s._output_after_bulk_running(b, long_prefill_threshold)
-    async_placeholders = s.adds_output_placeholders
-    so.steady = BulkPart(
-        members, starts, new_blocks, (prefill, decode, context, decode_context, pairs), token_at, async_placeholders
-    )
+    so.steady = BulkPart(members, starts, new_blocks, (prefill, decode, context, decode_context, pairs), token_at)
     s._seal(so)  # the step has tokens: it takes the fence's next number
     # `_update_after_schedule` for the members (one token each: never a
     # partial prefill; with async scheduling, a placeholder each).
     seq = s.sched_step_seq if s.defer_block_free else None
     inflight_prefills = s._inflight_prefills
+    adds_placeholders = s.adds_output_placeholders
     for request in members:
         request.num_computed_tokens += 1
         request.num_in_flight_tokens += 1
@@ -232,6 +220,6 @@ def schedule_bulk(s: Scheduler, token_at: Callable[[str, int], int]) -> Schedule
         request.is_prefill_chunk = False
         if inflight_prefills:
             inflight_prefills.discard(request)
-        if async_placeholders:
+        if adds_placeholders:
             request.num_output_placeholders += 1
     return so

@@ -382,6 +382,8 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
         requests = self.requests
         defer = self.defer_block_free
         seq = self.sched_step_seq
+        placeholders = self.adds_output_placeholders
+        partial = scheduler_output.partial_prefill_req_ids
         for req_id, n in scheduler_output.num_scheduled_tokens.items():
             request = requests[req_id]
             request.num_computed_tokens += n
@@ -392,9 +394,11 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
                 request.num_tokens + request.num_output_placeholders
             )
             if request.is_prefill_chunk:
-                scheduler_output.partial_prefill_req_ids.add(req_id)
+                partial.add(req_id)
             else:
                 self._inflight_prefills.discard(request)
+                if placeholders:
+                    request.num_output_placeholders += 1
         self.finished_req_ids = set()
         self.reset_preempted_req_ids = set()
 
@@ -403,32 +407,7 @@ class AsyncScheduler(Scheduler):
     """vLLM's `AsyncScheduler`: every scheduled decode adds an output
     placeholder, so the next step can be built before this one's output."""
 
-    adds_output_placeholders = True
-
-    def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
-        # The base class's pass with the placeholder added in it (one pass
-        # over the step's requests instead of two, every step).
-        requests = self.requests
-        defer = self.defer_block_free
-        seq = self.sched_step_seq
-        partial = scheduler_output.partial_prefill_req_ids
-        inflight_prefills = self._inflight_prefills
-        for req_id, n in scheduler_output.num_scheduled_tokens.items():
-            request = requests[req_id]
-            computed = request.num_computed_tokens = request.num_computed_tokens + n
-            request.num_in_flight_tokens += n
-            if defer:
-                request.last_sched_seq = seq
-            if computed < request.num_tokens + request.num_output_placeholders:
-                request.is_prefill_chunk = True
-                partial.add(req_id)
-            else:
-                request.is_prefill_chunk = False
-                if inflight_prefills:
-                    inflight_prefills.discard(request)
-                request.num_output_placeholders += 1
-        self.finished_req_ids = set()
-        self.reset_preempted_req_ids = set()
+    adds_output_placeholders = True  # (`_update_after_schedule` adds them)
 
 
 def create_scheduler_for(vllm_config: VllmConfig, connector: KVConnectorBase | None = None) -> Scheduler:
