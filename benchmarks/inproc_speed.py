@@ -20,11 +20,13 @@ Every measurement runs in a fresh process (`python benchmarks/inproc_speed.py
 --child ...` with `PYTHONPATH` at the tree to time), so its peak RSS is its
 own. `--old-commit C` checks C out in a temporary `git worktree` under /tmp
 and times it interleaved with the current tree (old, new, old, new, ...),
-on the same workload (generated once, here, and handed to both as plain
-numbers); each child reports which tree its modules came from, and the
-benchmark refuses a child that imported the wrong one. The old side gets
-only settings it understands (no `enable_prefix_caching`: before prefix
-caching existed it was off).
+with shadow KV off, aggregated (the speed-up targets) and 1P+1D (the old
+tree's own 1P+1D / aggregated ratio, and 1P+1D's speed-up), on the same
+workload (generated once, here, and handed to both as plain numbers);
+each child reports which tree its modules came from, and the benchmark
+refuses a child that imported the wrong one. The old side gets only
+settings it understands (no `enable_prefix_caching`: before prefix caching
+existed it was off).
 
 `--record` adds the figures to benchmarks/RESULTS.md (newest first).
 """
@@ -240,8 +242,9 @@ def main() -> None:
             for rep in range(args.repeats):
                 for w, topo, shadow in configs:
                     sides = [("new", REPO)]
-                    # The old commit is timed on aggregated W1/W2 with shadow off: the ratio targets.
-                    if old_tree is not None and topo == "agg" and not shadow:
+                    # The old commit is timed with shadow off: aggregated for the
+                    # speed-up targets, 1P+1D for its own 1P+1D / aggregated ratio.
+                    if old_tree is not None and not shadow:
                         sides = [("old", old_tree), ("new", REPO)]
                     for side, tree in sides:
                         old = side == "old" and not old_knows_caching
@@ -369,6 +372,26 @@ def _entry(args, runs: dict, names: list[str], tree: str, old_knows_caching: boo
             f"- {w}: 1P+1D / aggregated (shadow off): {pd_off / new_off:.2f}x{sync_target('1.2x')}; "
             + _paired(runs[(w, "1P1D", False, "new")], runs[(w, "agg", False, "new")], ".2f")
         )
+        if (w, "1P1D", False, "old") in runs:
+            # The old tree's own ratio, and how much faster 1P+1D got: the
+            # fast paths take out per-token work, which both runs share, so
+            # the per-step work 1P+1D has more of weighs more (docs/fast-paths.md).
+            o, n = runs[(w, "1P1D", False, "old")][0], runs[(w, "1P1D", False, "new")][0]
+            same = all(o[k] == n[k] for k in ("simulated_s", "decode_tokens", "steps"))
+            lines.append(
+                f"- {w}: 1P+1D, the same work on both sides: {'yes' if same else 'NO'} (simulated "
+                f"{o['simulated_s']:.3f} / {n['simulated_s']:.3f} s, {o['steps']} / {n['steps']} steps)"
+            )
+            old_pd = _med(runs[(w, "1P1D", False, "old")], "wall_s")
+            old_agg = _med(runs[(w, "agg", False, "old")], "wall_s")
+            lines.append(
+                f"- {w}: 1P+1D / aggregated on {args.old_commit}: {old_pd / old_agg:.2f}x; "
+                + _paired(runs[(w, "1P1D", False, "old")], runs[(w, "agg", False, "old")], ".2f")
+            )
+            lines.append(
+                f"- {w}: {args.old_commit} / current (1P+1D, shadow off): {old_pd / pd_off:.1f}x; "
+                + _paired(runs[(w, "1P1D", False, "old")], runs[(w, "1P1D", False, "new")], ".1f")
+            )
         # The same ratio per step simulated: 1P+1D simulates more steps (its
         # decode steps carry no prefill, and a prefill node steps too), each
         # with its step record (docs/fast-paths.md).
