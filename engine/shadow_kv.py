@@ -86,6 +86,11 @@ class ShadowKVStore(DecodeChains):
         self._retired: set[str] = set()
         # Per request: (block table object, tokens already verified present).
         self._verified: dict[str, tuple[list[int], int]] = {}
+        # Per request with a bad set: (block table object, how many of its
+        # first blocks hold none of that set). A table only grows (a new one
+        # is a new list) and the set only grows through `_mark_bad`, which
+        # drops the entry, so a read tests only the blocks past those.
+        self._disjoint: dict[str, tuple[list[int], int]] = {}
         self.violations: list[Violation] = []
         self._chain = {}
         self._pending = {}
@@ -111,6 +116,7 @@ class ShadowKVStore(DecodeChains):
             if bad is None:
                 bad = self._bad[request_id] = set()
             bad.add(block)
+            self._disjoint.pop(request_id, None)
 
     def _clear_bad(self, request_id: str | None, block: int) -> None:
         if request_id is not None:
@@ -135,6 +141,7 @@ class ShadowKVStore(DecodeChains):
         # already had, and its later writes into these come after this.
         pending, chain = self._pending, self._chain
         slots, owned, foreign, content = self.slots, self.owned, self.foreign, self.content
+        disjoint = self._disjoint
         # Hoisted per call (this runs once per block a request takes): nothing
         # below adds a reader, and a block's content hash is only ever set with
         # hashes to check (prefix caching), so without them it stays None.
@@ -157,6 +164,7 @@ class ShadowKVStore(DecodeChains):
                     if bad is None:
                         bad = bad_of[old] = set()
                     bad.add(b)
+                    disjoint.pop(old, None)  # (`_mark_bad`, inlined)
             if has_readers and b in readers:
                 self._drop_readers(b)  # a reader taking the block over is marked too
             if bad_of:
@@ -204,6 +212,7 @@ class ShadowKVStore(DecodeChains):
         self.settle(request_id)
         self._chain.pop(request_id, None)
         self._verified.pop(request_id, None)
+        self._disjoint.pop(request_id, None)
         for block in self._shared_with.pop(request_id, ()):
             readers = self.readers.get(block)
             if readers is not None:
@@ -368,15 +377,23 @@ class ShadowKVStore(DecodeChains):
         full_blocks, tail = divmod(num_tokens, bs)
         nblocks = full_blocks + (1 if tail else 0)
         bad = self._bad.get(request_id)
-        # A preempted request keeps the blocks it lost in its bad set; most
-        # of them are not in its new table: that test runs in C.
-        if bad and not bad.isdisjoint(islice(block_table, nblocks)):
-            for idx in range(nblocks):
-                block = block_table[idx]
-                if block in bad:
-                    self.num_read_foreign += 1
-                    self._report("read_foreign", now, block, request_id, idx * bs)
-                    ok = False
+        # A preempted request keeps the blocks it lost in its bad set for the
+        # rest of its life; most of them are not in its new table: that test
+        # runs in C, and only on the blocks no earlier read found clear.
+        if bad:
+            clear = self._disjoint.get(request_id)
+            checked = clear[1] if clear is not None and clear[0] is block_table else 0
+            if checked < nblocks:
+                if bad.isdisjoint(islice(block_table, checked, nblocks)):
+                    if self._ranges:  # (a fast path: off, every read tests the whole table)
+                        self._disjoint[request_id] = (block_table, nblocks)
+                else:
+                    for idx in range(nblocks):
+                        block = block_table[idx]
+                        if block in bad:
+                            self.num_read_foreign += 1
+                            self._report("read_foreign", now, block, request_id, idx * bs)
+                            ok = False
         verified = self._verified.get(request_id)
         start_idx = verified[1] // bs if verified is not None and verified[0] is block_table else 0
         owner, owned = self.owner, self.owned
