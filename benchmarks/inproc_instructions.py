@@ -16,6 +16,13 @@ a temporary worktree.
 Python's hash randomisation moves a count by well under 0.1 %. Slow: about
 45 s per 1,000 requests and count. Needs valgrind (Debian package `valgrind`).
 
+`--scenario FILE` counts a scenario file's runs instead: one in-process run
+(repeat 0) of each variant, the same way (the run less the child without
+it), on the current tree and, with `--old-commit`, the old one:
+
+    .venv/bin/python -m benchmarks.inproc_instructions --scenario scenarios/frozen-workload.yaml
+        [--old-commit C] [--record]
+
 `--cache-sim` runs cachegrind's cache simulation instead and adds, per
 configuration, the run's first-level instruction and data cache misses and
 last-level misses per 1,000 instructions: why a wall-time ratio can trail the
@@ -38,7 +45,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import inproc_speed
+from benchmarks import inproc_speed, scenario_child
 from benchmarks.tree_state import tree_label
 
 CONFIGS = [("agg", False), ("agg", True), ("1P1D", False)]
@@ -53,11 +60,21 @@ def counters(tree: Path, workload_file: str, cluster: dict, dry: bool, cache_sim
     `cache_sim` cachegrind's counts ("I", "I1", "D", "D1", "LL", ...: refs
     for I and D, misses for the others)."""
     payload = json.dumps({"workload_file": workload_file, "cluster": cluster, "dry": dry})
+    return _valgrind(tree, [str(inproc_speed.HERE), "--child", payload], cache_sim)
+
+
+def scenario_counters(tree: Path, scenario_file: Path, variant: str, dry: bool) -> dict[str, int]:
+    """`counters` for one run of a scenario's variant (`scenario_child`)."""
+    payload = json.dumps({"scenario": str(scenario_file), "variant": variant, "dry": dry})
+    return _valgrind(tree, [str(scenario_child.HERE), payload], False)
+
+
+def _valgrind(tree: Path, child_args: list[str], cache_sim: bool) -> dict[str, int]:
     if cache_sim:
         cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=yes", "--cachegrind-out-file=/dev/null"]
     else:
         cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
-    cmd += [sys.executable, str(inproc_speed.HERE), "--child", payload]
+    cmd += [sys.executable, *child_args]
     env = dict(os.environ, PYTHONPATH=str(tree))
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     if cache_sim:
@@ -68,6 +85,9 @@ def counters(tree: Path, workload_file: str, cluster: dict, dry: bool, cache_sim
     if proc.returncode != 0 or "I" not in found or "RESULT " not in proc.stdout:
         tool = "cachegrind" if cache_sim else "callgrind"
         raise RuntimeError(f"{tool} run in {tree} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    result = json.loads(proc.stdout.split("RESULT ")[-1].splitlines()[0])
+    if not Path(result["engine_file"]).resolve().is_relative_to(tree.resolve()):
+        raise RuntimeError(f"child meant to count {tree} imported {result['engine_file']}")
     return found
 
 
@@ -85,10 +105,14 @@ def main() -> None:
     ap.add_argument("--workloads", default="W1,W2")
     ap.add_argument("--prefix-caching", action="store_true", help="prefix caching on (inproc_speed.py's flag)")
     ap.add_argument("--cache-sim", action="store_true", help="cachegrind's cache misses per 1,000 instructions too")
+    ap.add_argument("--scenario", type=Path, default=None, help="count one run of each variant of this file")
     ap.add_argument("--record", action="store_true")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed; install the Debian package `valgrind`")
+    if args.scenario is not None:
+        scenario_main(args)
+        return
     names = [w for w in args.workloads.split(",") if w]
     for w in names:
         if w not in inproc_speed.WORKLOADS:
@@ -118,6 +142,56 @@ def main() -> None:
         if old_tree is not None:
             inproc_speed._drop_worktree(old_tree)
     text = _entry(args, counts, names, commit)
+    print(text)
+    if args.record:
+        from benchmarks.results_md import record_entry
+
+        record_entry("## In-process runtime instructions (benchmarks/inproc_instructions.py)", text)
+
+
+def scenario_main(args) -> None:
+    """`--scenario FILE`: one run of each variant, current tree (and old)."""
+    from bench.scenario import load_scenario
+
+    path = args.scenario.resolve()
+    variants = load_scenario(path).variant_names  # (refuses a bad file with its own message)
+    commit = tree_label()
+    inproc_speed.precompile(inproc_speed.REPO)
+    old_tree = inproc_speed._worktree(args.old_commit) if args.old_commit else None
+    counts: dict[tuple[str, str], int] = {}
+    try:
+        for variant in variants:
+            sides = [("old", old_tree), ("new", inproc_speed.REPO)] if old_tree else [("new", inproc_speed.REPO)]
+            for side, tree in sides:
+                assert tree is not None
+                whole = scenario_counters(tree, path, variant, False)["I"]
+                counts[(variant, side)] = whole - scenario_counters(tree, path, variant, True)["I"]
+                print(f"{variant} {side}: {counts[(variant, side)]:,} instructions", flush=True)
+    finally:
+        if old_tree is not None:
+            inproc_speed._drop_worktree(old_tree)
+    shown = path.relative_to(inproc_speed.REPO) if path.is_relative_to(inproc_speed.REPO) else path
+    lines = [
+        f"### {datetime.now(UTC):%Y-%m-%d %H:%M} UTC — `{shown}`, one run of each variant, instructions"
+        + (f", against {args.old_commit}" if args.old_commit else ""),
+        "",
+        f"Tree: {commit}. Repeat 0 of each variant, in-process, the scenario's own settings. Command: "
+        f"`.venv/bin/python -m benchmarks.inproc_instructions --scenario {shown}"
+        + (f" --old-commit {args.old_commit}" if args.old_commit else "")
+        + " --record`.",
+        "",
+        "| variant | tree | instructions (millions) |",
+        "|---|---|---:|",
+    ]
+    for (variant, side), n in counts.items():
+        lines.append(f"| {variant} | {side} | {n / 1e6:,.0f} |")
+    lines.append("")
+    if old_tree is not None:
+        for variant in variants:
+            ratio = counts[(variant, "old")] / counts[(variant, "new")]
+            lines.append(f"- {variant}: {args.old_commit} / current: {ratio:.2f}x")
+        lines.append("")
+    text = "\n".join(lines)
     print(text)
     if args.record:
         from benchmarks.results_md import record_entry
