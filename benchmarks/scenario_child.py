@@ -6,7 +6,8 @@ an older tree's code is what runs.
     PYTHONPATH=TREE python benchmarks/scenario_child.py '{"scenario": PATH, "variant": NAME, "dry": false}'
 
 Runs repeat 0 of the variant (with `"dry"`: loads the scenario only) and
-prints `RESULT {"engine_file": ...}`, where the engine was imported from.
+prints `RESULT {"engine_file": ..., "requests": ...}`: where the engine was
+imported from, and how many requests the run reported (not when dry).
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ def main(args_json: str) -> None:
     from bench.sweep import run_one
 
     scenario = load_scenario(a["scenario"])
+    out: dict = {"engine_file": engine.__file__}
     if not a["dry"]:
-        run_one(scenario, a["variant"], 0, "inproc")
-    print("RESULT " + json.dumps({"engine_file": engine.__file__}))
+        out["requests"] = len(run_one(scenario, a["variant"], 0, "inproc").requests)
+    print("RESULT " + json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -76,6 +76,31 @@ def test_incremental_reads_still_catch_a_later_clobber():
     assert s.read("a", table, 8, now=1.2)
 
 
+def test_a_preempted_requests_reads_test_its_lost_blocks_against_every_new_one():
+    """A request keeps the blocks it lost in its bad set; a read through its
+    new table tests only the blocks no earlier read found clear of that set,
+    so one it loses later, or one of its lost blocks its table takes again,
+    is still found."""
+    s = ShadowKVStore(num_blocks=8, block_size=4)
+    s.assign([1, 2], "a")
+    s.write("a", [1, 2], 0, 8, now=0.0)
+    s.assign([1, 2], "b")  # a preempted: its blocks go to b
+    table = [3]
+    s.assign(table, "a")  # a resumes with a new table
+    s.write("a", table, 0, 4, now=1.0)
+    assert s.read("a", table, 4, now=1.1)
+    assert s._disjoint["a"] == (table, 1)  # (block 3 tested once, clear of {1, 2})
+    s.assign([4], "a")
+    table.append(4)
+    s.write("a", table, 4, 8, now=1.2)
+    assert s.read("a", table, 8, now=1.3)
+    s.assign([3], "c")  # a loses block 3 too, now in the tested part of its table
+    assert not s.read("a", table, 8, now=1.4)
+    assert s.violations[-1].kind == "read_foreign" and s.violations[-1].block_id == 3
+    assert not s.read("a", table, 8, now=1.5)  # found again at every read, as before
+    assert s.num_read_foreign == 2
+
+
 def test_swap_snapshot_and_restore_round_trip():
     s = ShadowKVStore(num_blocks=8, block_size=4)
     s.assign([3], "a")
