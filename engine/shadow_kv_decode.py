@@ -44,6 +44,7 @@ class DecodeChains:
     _ranges: bool
     _bad: dict[str, set[int]]
     _verified: dict[str, tuple[list[int], int]]
+    _disjoint: dict[str, tuple[list[int], int]]
     if TYPE_CHECKING:
 
         def read(self, request_id: str, block_table: list[int], num_tokens: int, now: float) -> bool: ...
@@ -162,7 +163,14 @@ class DecodeChains:
     ) -> None:
         bs = self.block_size
         owner, owned = self.owner, self.owned
-        clean = request_id not in self._bad
+        clean = chainable = request_id not in self._bad
+        if not clean:
+            # A request with a bad set (a preempted one keeps the blocks it
+            # lost) whose table earlier reads found clear of it this far
+            # (`ShadowKVStore._disjoint`): `read` would find nothing foreign,
+            # so what is left of it is the clean test below.
+            disjoint = self._disjoint.get(request_id)
+            clean = disjoint is not None and disjoint[0] is block_table and disjoint[1] * bs >= start
         if clean:
             # `_clean`, inlined: this runs once per running request and step.
             verified = self._verified.get(request_id)
@@ -209,9 +217,10 @@ class DecodeChains:
             elif f == bs and expected is not None:
                 self.content[block] = expected(request_id, idx)
             pos = idx * bs + e
-        if clean and ranged:
+        if clean and ranged and chainable:
             # The read of the last position finds what was just written:
-            # `read` would only move the mark.
+            # `read` would only move the mark. (Not for a request with a bad
+            # set: a read through its table must test that set.)
             if n > 1:
                 self._verified[request_id] = (block_table, end - 1)
             self._chain[request_id] = (block_table, end)
