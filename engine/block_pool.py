@@ -93,6 +93,21 @@ class FreeBlockQueue:
             raise RuntimeError(f"remove() of block {block.block_id}, which is not free")
         self._unlink(block.block_id)
 
+    def remove_n(self, blocks: list[KVCacheBlock]) -> None:
+        """`remove` of each (a cache hit's free blocks: a resumed request's
+        whole prefix), with no call per block."""
+        nxt, prev = self._next, self._prev
+        for block in blocks:
+            i = block.block_id
+            p = prev[i]
+            if p == -1:
+                raise RuntimeError(f"remove() of block {i}, which is not free")
+            n = nxt[i]
+            nxt[p] = n
+            prev[n] = p
+            nxt[i] = prev[i] = -1
+        self._len -= len(blocks)
+
     def _link_after(self, anchor: int, blocks: list[KVCacheBlock]) -> None:
         nxt, prev = self._next, self._prev
         after = nxt[anchor]
@@ -151,6 +166,10 @@ class FreeBlockStack:
                 del self._stack[i]
                 return
         raise RuntimeError(f"remove() of block {block.block_id}, which is not free")
+
+    def remove_n(self, blocks: list[KVCacheBlock]) -> None:
+        for block in blocks:
+            self.remove(block)
 
     def append_n(self, blocks: list[KVCacheBlock]) -> None:
         self._stack[0:0] = blocks[::-1]
@@ -233,13 +252,15 @@ class BlockPool:
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """A cache hit: one more reference; a free block leaves the free queue."""
-        queue = self.free_block_queue
+        leaving = []
         for block in blocks:
             if block.is_null:
                 continue
             if block.ref_cnt == 0:
-                queue.remove(block)
+                leaving.append(block)
             block.ref_cnt += 1
+        if leaving:
+            self.free_block_queue.remove_n(leaving)
 
     def reset_prefix_cache(self) -> bool:
         """Forget every hash; refused (False) while any block is in use, as vLLM does."""

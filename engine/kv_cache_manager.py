@@ -95,16 +95,9 @@ class KVCacheManager:
     def new_step_starts(self) -> None:
         """Hook kept for vLLM parity; the stats here are cumulative."""
 
-    def _num_blocks_to_allocate(
-        self, request_id: str, num_tokens: int, new_computed_blocks: list[KVCacheBlock] | None = None
-    ) -> int:
+    def _num_blocks_to_allocate(self, request_id: str, num_tokens: int) -> int:
         have = len(self.req_to_blocks.get(request_id, ()))
-        if not new_computed_blocks:
-            return max(cdiv(num_tokens, self.block_size) - have, 0)
-        # A hit on a free block takes it out of the free queue: it costs a
-        # free block like a new one (vLLM's "evictable" hits).
-        evictable = sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
-        return max(cdiv(num_tokens, self.block_size) - have - len(new_computed_blocks), 0) + evictable
+        return max(cdiv(num_tokens, self.block_size) - have, 0)
 
     def get_num_blocks_to_allocate(self, request: Request, num_tokens: int) -> int:
         return self._num_blocks_to_allocate(request.request_id, num_tokens)
@@ -119,12 +112,16 @@ class KVCacheManager:
         bs = self.block_size
         hashes = update_block_hashes(request, bs)
         max_blocks = (request.num_tokens - 1) // bs
-        get_cached = self.block_pool.get_cached_block
+        # `BlockPool.get_cached_block`, inlined: a preempted request that
+        # waits looks its whole prefix up at every step until it is admitted.
+        cache = self.block_pool.cached_block_hash_to_block
         hit: list[KVCacheBlock] = []
         for block_hash in hashes[:max_blocks]:
-            block = get_cached(block_hash)
+            block = cache.get(block_hash)
             if block is None:
                 break  # chained hashes: every later block misses too
+            if isinstance(block, dict):
+                block = next(iter(block.values()))  # duplicates: the first cached
             hit.append(block)
         if not hit:
             return EMPTY_BLOCKS, 0
@@ -277,12 +274,17 @@ class KVCacheManager:
         if has_scheduled_reqs and self.watermark_blocks and request.status in _WATERMARK_STATUSES:
             watermark = self.watermark_blocks
         free = self.block_pool.get_num_free_blocks()
+        # The blocks to allocate: those the hits do not cover, and each hit on
+        # a free block, which leaves the free queue and so costs a free block
+        # like a new one (vLLM's "evictable" hits); counted once for both tests.
+        have = len(self.req_to_blocks.get(request_id, ())) + len(hit)
+        evictable = sum(1 for b in hit if b.ref_cnt == 0 and not b.is_null)
         if full_sequence_must_fit:
             full = min(request.num_tokens, max_len)
-            if self._num_blocks_to_allocate(request_id, full, hit) + watermark > free:
+            if max(cdiv(full, bs) - have, 0) + evictable + watermark > free:
                 return None
         need_slot = min(total_computed + num_new_tokens + num_lookahead_tokens, max_len)
-        if self._num_blocks_to_allocate(request_id, need_slot, hit) + watermark > free - reserved_blocks:
+        if max(cdiv(need_slot, bs) - have, 0) + evictable + watermark > free - reserved_blocks:
             return None
         assert not self.req_to_blocks.get(request_id), "a request with blocks has no new prefix-cache hits"
         pool = self.block_pool
