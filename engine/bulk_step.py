@@ -27,12 +27,12 @@ returns None before changing anything and the plain `schedule()` runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .kv_cache_manager import KVCacheBlocks
 from .outputs import EngineCoreOutput, SchedulerOutput, SteadyTokens
 from .request import Request, RequestStatus
+from .sampler import DeterministicSampler
 from .stop_checker import check_stop
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class BulkPart:
     """The running requests of a step scheduled by `schedule_bulk`: each
     decodes (or, its prompt's last token, prefills) one token."""
 
-    __slots__ = ("members", "starts", "new_blocks", "shape_terms", "token_at")
+    __slots__ = ("members", "starts", "new_blocks", "shape_terms", "sampler")
 
     def __init__(
         self,
@@ -51,14 +51,14 @@ class BulkPart:
         starts: list[int],
         new_blocks: list[tuple[Request, int]],
         shape_terms: tuple[int, int, int, int, int],
-        token_at: Callable[[str, int], int],
+        sampler: DeterministicSampler,
     ) -> None:
         self.members = members  # in running order
         self.starts = starts  # each one's computed tokens before the step
         self.new_blocks = new_blocks  # (request, a block it took), in running order
         # (prefill tokens, decode tokens, context, decode context, prefill attention pairs)
         self.shape_terms = shape_terms
-        self.token_at = token_at
+        self.sampler = sampler
 
     def update(
         self, s: Scheduler, stopped_running: set[Request], stopped_preempted: set[Request], failed: set[str]
@@ -67,10 +67,15 @@ class BulkPart:
         per-request loop does with one sampled token each (the token drawn
         here: the runner samples `token_at(request, start + 1)` on the plain
         path). Returns their `SteadyTokens`, then the outputs of those that
-        stopped."""
+        stopped.
+
+        In two passes: the in-flight and stale counters of every member,
+        which decide who takes a token; then the tokens, drawn together
+        (`DeterministicSampler.tokens_each`), and the rest, member by member.
+        What the second pass does to one request (a finish frees its blocks)
+        decides nothing in the first pass for another."""
         s.settle_steady()  # (no-op unless a synchronous node's cohort is owed)
         requests = s.requests
-        token_at = self.token_at
         max_model_len = s.max_model_len
         kvm = s.kv_cache_manager
         caching = kvm.enable_caching
@@ -79,6 +84,9 @@ class BulkPart:
         ids: list[str] = []
         finished: list[EngineCoreOutput] = []
         running = RequestStatus.RUNNING
+        taking: list[Request] = []
+        stale: list[bool] = []
+        positions: list[int] = []
         for member, start in zip(self.members, self.starts):
             req_id = member.request_id
             request = requests.get(req_id)
@@ -94,12 +102,26 @@ class BulkPart:
                 continue
             if output_is_stale and request.drop_stale_output:
                 continue
+            taking.append(request)
+            stale.append(output_is_stale)
+            positions.append(start + 1)
+        tokens = self.sampler.tokens_each([r.request_id for r in taking], positions)
+        for request, output_is_stale, token in zip(taking, stale, tokens):
+            req_id = request.request_id
             status_before_stop = request.status
             had_placeholders = request.num_output_placeholders > 0
-            token = token_at(req_id, start + 1)
-            request._output_token_ids.append(token)
+            outputs = request._output_token_ids
+            outputs.append(token)
             request.num_tokens += 1
-            stopped = check_stop(request, max_model_len)
+            params = request.sampling_params
+            if token == request.eos_token_id or params.stop_token_ids or len(outputs) < params.min_tokens:
+                stopped = check_stop(request, max_model_len)
+            elif request.num_tokens >= max_model_len or len(outputs) >= request.max_tokens:
+                # (`check_stop` when only its length cap can apply)
+                request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+                stopped = True
+            else:
+                stopped = False
             if not output_is_stale and had_placeholders:
                 request.num_output_placeholders -= 1
             if caching and had_placeholders and not output_is_stale and status_before_stop == running:
@@ -126,7 +148,7 @@ class BulkPart:
         return finished
 
 
-def schedule_bulk(s: Scheduler, token_at: Callable[[str, int], int]) -> SchedulerOutput | None:
+def schedule_bulk(s: Scheduler, sampler: DeterministicSampler) -> SchedulerOutput | None:
     """`Scheduler.schedule()` for a step whose scheduled running requests all
     get one token and whose allocations all fit (the module docstring), or
     None — having changed nothing — when the plain pass is needed."""
@@ -205,7 +227,7 @@ def schedule_bulk(s: Scheduler, token_at: Callable[[str, int], int]) -> Schedule
     kvm.num_allocate_slots_calls += skipped_calls
 
     so = s._output_after_bulk_running(b, long_prefill_threshold)
-    so.steady = BulkPart(members, starts, new_blocks, (prefill, decode, context, decode_context, pairs), token_at)
+    so.steady = BulkPart(members, starts, new_blocks, (prefill, decode, context, decode_context, pairs), sampler)
     s._seal(so)  # the step has tokens: it takes the fence's next number
     # `_update_after_schedule` for the members (one token each: never a
     # partial prefill; with async scheduling, a placeholder each).

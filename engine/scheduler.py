@@ -12,7 +12,6 @@ builds steps.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 
 from . import fast_paths
 from .bulk_step import schedule_bulk
@@ -24,6 +23,7 @@ from .output_processor import OutputProcessorMixin
 from .outputs import SchedulerOutput
 from .request import Request, RequestStatus
 from .request_queue import create_request_queue
+from .sampler import DeterministicSampler
 from .steady_cohort import SteadyCohort
 from .step_output import StepOutputMixin
 from .waiting_pass import WaitingPassMixin
@@ -90,7 +90,7 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
         # one-token outputs that finish nothing as one object.
         self.bulk_token_outputs = False
         # The node's sampler, for those runs' bulk steps (engine/bulk_step.py).
-        self.token_at: Callable[[str, int], int] | None = None
+        self.sampler: DeterministicSampler | None = None
         self.counters = SchedulerCounters()
 
     # ------------------------------------------------------------------ queue
@@ -186,10 +186,10 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         if not (self.running or self.waiting or self.kv_holding_waiting) and fast_paths.enabled():
             return self._schedule_nothing()
-        if self.bulk_token_outputs and not throttle_prefills and self.token_at is not None and fast_paths.enabled():
+        if self.bulk_token_outputs and not throttle_prefills and self.sampler is not None and fast_paths.enabled():
             # Every running request decoding one token: their share in bulk
             # (engine/bulk_step.py), or None and the full pass below.
-            bulk = schedule_bulk(self, self.token_at)
+            bulk = schedule_bulk(self, self.sampler)
             if bulk is not None:
                 return bulk
         self._step_begins()

@@ -271,7 +271,7 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
         scheduler = node.core.scheduler
         if isinstance(scheduler, Scheduler):
             scheduler.bulk_token_outputs = on
-            scheduler.token_at = node.core.sampler.token_at if on else None  # its bulk steps' (engine/bulk_step.py)
+            scheduler.sampler = node.core.sampler if on else None  # its bulk steps' (engine/bulk_step.py)
 
     def _rebuild_routers(self) -> None:
         live_prefill = [n for n in self.prefill_nodes if n.alive]

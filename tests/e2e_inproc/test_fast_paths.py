@@ -127,8 +127,8 @@ def test_bulk_steps_are_exact(seed: int, monkeypatch: pytest.MonkeyPatch) -> Non
     taken = {"bulk": 0, "plain": 0}
     schedule_bulk = scheduler_module.schedule_bulk
 
-    def counted(s, token_at):
-        so = schedule_bulk(s, token_at)
+    def counted(s, sampler):
+        so = schedule_bulk(s, sampler)
         taken["plain" if so is None else "bulk"] += 1
         return so
 

@@ -48,7 +48,7 @@ def _core(bulk: bool, **cfg) -> NodeCore:
     )
     core = NodeCore(spec)
     core.scheduler.bulk_token_outputs = True  # as the in-process runtime sets it for a batch run
-    core.scheduler.token_at = core.sampler.token_at if bulk else None
+    core.scheduler.sampler = core.sampler if bulk else None
     return core
 
 
@@ -95,7 +95,7 @@ def test_anything_else_falls_back_to_the_plain_pass_unchanged() -> None:
     chunked.process_oldest(chunked.finish_step(chunked.oldest(), 0.1))  # type: ignore[arg-type]
     s = chunked.scheduler
     before = (s.current_step, s.kv_cache_manager.num_allocate_slots_calls, s.running[0].num_computed_tokens)
-    assert schedule_bulk(s, chunked.sampler.token_at) is None
+    assert schedule_bulk(s, chunked.sampler) is None
     assert (s.current_step, s.kv_cache_manager.num_allocate_slots_calls, s.running[0].num_computed_tokens) == before
 
     full = _core(True, num_gpu_blocks=5, block_size=4)  # 4 usable blocks
@@ -105,7 +105,7 @@ def test_anything_else_falls_back_to_the_plain_pass_unchanged() -> None:
     assert first is not None
     s = full.scheduler
     calls = s.kv_cache_manager.num_allocate_slots_calls
-    assert schedule_bulk(s, full.sampler.token_at) is None  # both need a third block
+    assert schedule_bulk(s, full.sampler) is None  # both need a third block
     assert s.kv_cache_manager.num_allocate_slots_calls == calls and s.current_step == 1
 
 

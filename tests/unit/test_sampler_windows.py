@@ -1,6 +1,7 @@
 """`DeterministicSampler.tokens_at` and `token_windows` (the numpy pass the
-steady paths draw a forward's block ids with, engine/steady_caching.py) give
-`token_at`'s ids exactly, EOS draws included; and a steady member's block
+steady paths draw a forward's block ids with, engine/steady_caching.py), and
+`tokens_each` (a bulk step's tokens), give `token_at`'s ids exactly, EOS
+draws included; and a steady member's block
 hashes, with its newest ids not written yet, are those of its written ids."""
 
 from __future__ import annotations
@@ -25,6 +26,21 @@ def test_windows_are_token_at(stop_probability: float) -> None:
     assert sampler.token_windows([]) == []
     if stop_probability == 1.0:
         assert {t for row in expected for t in row} == {sampler.eos_token_id}
+
+
+@pytest.mark.parametrize("stop_probability", [0.0, 0.3, 1.0])
+@pytest.mark.parametrize("n", [0, 1, 23, 24, 200])  # below and from the numpy batch size
+def test_tokens_each_is_token_at(stop_probability: float, n: int) -> None:
+    """A bulk step's draw (engine/bulk_step.py): one position per request,
+    a request seen before or not (its hash computed on the way)."""
+    sampler = DeterministicSampler(seed=5, stop_probability=stop_probability)
+    rng = random.Random(n)
+    ids = [f"r{rng.randint(0, 60)}" for _ in range(n)]
+    positions = [rng.randint(0, 1 << 40) for _ in range(n)]
+    for rid in ids[: n // 2]:
+        sampler.token_at(rid, 0)  # some hashes cached already
+    fresh = DeterministicSampler(seed=5, stop_probability=stop_probability)
+    assert sampler.tokens_each(ids, positions) == [fresh.token_at(r, p) for r, p in zip(ids, positions)]
 
 
 @pytest.mark.parametrize("written", [0, 5, 37])
