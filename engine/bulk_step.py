@@ -126,7 +126,8 @@ class BulkPart:
                 request.num_output_placeholders -= 1
             if caching and had_placeholders and not output_is_stale and status_before_stop == running:
                 upto = request.num_computed_tokens - request.num_in_flight_tokens
-                if min(upto, request.num_tokens) // block_size > num_cached_block.get(req_id, 0):
+                full = upto if upto < request.num_tokens else request.num_tokens  # (min, without the call)
+                if full // block_size > num_cached_block.get(req_id, 0):
                     kvm.cache_blocks(request, upto)
             if not stopped:
                 ids.append(req_id)
@@ -214,9 +215,11 @@ def schedule_bulk(s: Scheduler, sampler: DeterministicSampler) -> SchedulerOutpu
         rid = request.request_id
         have = req_to_blocks.get(rid)
         if have is not None and computed + 1 <= len(have) * block_size:
-            if num_cached_block is None or min(computed + 1, request.num_tokens) // block_size <= num_cached_block.get(
-                rid, 0
-            ):
+            if num_cached_block is None:
+                skipped_calls += 1
+                continue
+            full = computed + 1 if computed + 1 < request.num_tokens else request.num_tokens  # (min, without the call)
+            if full // block_size <= num_cached_block.get(rid, 0):
                 skipped_calls += 1
                 continue
         got: KVCacheBlocks | None = allocate_slots(request, 1, num_lookahead_tokens=0)

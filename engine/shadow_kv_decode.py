@@ -199,7 +199,9 @@ class DecodeChains:
             idx = pos // bs
             block = block_table[idx]
             a = pos - idx * bs
-            e = min(end - idx * bs, bs)
+            e = end - idx * bs
+            if e > bs:
+                e = bs
             f = owned[block]
             if not (
                 owner[block] == request_id
