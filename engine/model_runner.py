@@ -222,11 +222,7 @@ class SimModelRunner:
             # A bulk step's requests first (they lead the running order), as
             # the entries below: a read up to the token, then its write.
             assert shadow is not None  # the tables are kept only for the store
-            for r, table, start in zip(steady.members, plan.bulk_tables, steady.starts):
-                if start:
-                    shadow.decode(r.request_id, table, start, 1, now, now)
-                else:
-                    shadow.write(r.request_id, table, 0, 1, now)
+            shadow.decode_each([r.request_id for r in steady.members], plan.bulk_tables, steady.starts, now)
         elif shadow is not None and steady is not None:
             # One decode each, owed: the cohort issues its members' decodes
             # when it settles them (engine/steady_shadow.py).

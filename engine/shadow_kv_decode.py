@@ -65,6 +65,21 @@ class DecodeChains:
             self.settle_all()
         self._decode(request_id, block_table, start, n, t_read, t_write)
 
+    def decode_each(self, request_ids: list[str], tables: list[list[int]], starts: list[int], now: float) -> None:
+        """A bulk step's requests, in running order (engine/bulk_step.py):
+        `decode(r, table, start, 1, now, now)` each, or for a prompt's last
+        token at position 0 `write(r, table, 0, 1, now)`. One call for the
+        step: the pending decodes are applied once, first (nothing below
+        defers one)."""
+        if self._pending:
+            self.settle_all()
+        decode = self._decode
+        for request_id, table, start in zip(request_ids, tables, starts):
+            if start:
+                decode(request_id, table, start, 1, now, now)
+            else:
+                self.write(request_id, table, 0, 1, now)
+
     def decode_later(
         self, request_id: str, block_table: list[int], start: int, n: int, t_read: float, t_write: float
     ) -> None:

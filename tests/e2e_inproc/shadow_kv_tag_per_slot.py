@@ -160,6 +160,15 @@ class ShadowKVStore:
         `engine.shadow_kv` also checks that deferring changes no finding."""
         self.decode(*args)
 
+    def decode_each(self, request_ids: list[str], tables: list[list[int]], starts: list[int], now: float) -> None:
+        """A bulk step's calls one by one, as the model runner made them
+        before `ShadowKVStore.decode_each` existed."""
+        for request_id, table, start in zip(request_ids, tables, starts):
+            if start:
+                self.decode(request_id, table, start, 1, now, now)
+            else:
+                self.write(request_id, table, 0, 1, now)
+
     def retire(self, request_id: str) -> None:
         """Only `forget`: this store keeps every bad-block set, so comparing
         it with `engine.shadow_kv` also checks that retiring changes no finding."""
