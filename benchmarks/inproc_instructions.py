@@ -85,9 +85,7 @@ def _valgrind(tree: Path, child_args: list[str], cache_sim: bool) -> dict[str, i
     if proc.returncode != 0 or "I" not in found or "RESULT " not in proc.stdout:
         tool = "cachegrind" if cache_sim else "callgrind"
         raise RuntimeError(f"{tool} run in {tree} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    result = json.loads(proc.stdout.split("RESULT ")[-1].splitlines()[0])
-    if not Path(result["engine_file"]).resolve().is_relative_to(tree.resolve()):
-        raise RuntimeError(f"child meant to count {tree} imported {result['engine_file']}")
+    inproc_speed.check_child_tree(json.loads(proc.stdout.split("RESULT ")[-1].splitlines()[0]), tree)
     return found
 
 

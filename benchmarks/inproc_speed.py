@@ -143,9 +143,14 @@ def run_child(tree: Path, workload_file: str, cluster: dict, env_extra: dict | N
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"child in {tree} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
     out = json.loads(lines[-1][len("RESULT ") :])
-    if not Path(out["engine_file"]).resolve().is_relative_to(tree.resolve()):
-        raise RuntimeError(f"child meant to time {tree} imported {out['engine_file']}")
+    check_child_tree(out, tree)
     return out
+
+
+def check_child_tree(result: dict, tree: Path) -> None:
+    """A child's `RESULT` must name an engine imported from the tree it was meant to measure."""
+    if not Path(result["engine_file"]).resolve().is_relative_to(tree.resolve()):
+        raise RuntimeError(f"child meant to measure {tree} imported {result['engine_file']}")
 
 
 # --------------------------------------------------------------------- profile

@@ -211,6 +211,19 @@ class BlockPool:
             return next(iter(held.values()))  # duplicates: the first cached
         return held
 
+    def get_cached_prefix(self, block_hashes: Sequence[BlockHash]) -> list[KVCacheBlock]:
+        """`get_cached_block` of each hash in turn, up to the first miss (the
+        hashes are chained: every later block misses too). In one loop: a
+        preempted request that waits looks its whole prefix up every step."""
+        cache = self.cached_block_hash_to_block
+        hit: list[KVCacheBlock] = []
+        for block_hash in block_hashes:
+            held = cache.get(block_hash)
+            if held is None:
+                break
+            hit.append(next(iter(held.values())) if isinstance(held, dict) else held)  # duplicates: the first cached
+        return hit
+
     def cache_full_blocks(
         self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[BlockHash], num_cached: int, num_full: int
     ) -> None:

@@ -114,14 +114,15 @@ class BulkPart:
             outputs.append(token)
             request.num_tokens += 1
             params = request.sampling_params
-            if token == request.eos_token_id or params.stop_token_ids or len(outputs) < params.min_tokens:
-                stopped = check_stop(request, max_model_len)
-            elif request.num_tokens >= max_model_len or len(outputs) >= request.max_tokens:
-                # (`check_stop` when only its length cap can apply)
-                request.status = RequestStatus.FINISHED_LENGTH_CAPPED
-                stopped = True
-            else:
-                stopped = False
+            # `check_stop` only when it could stop the request (it decides
+            # how): an EOS, stop tokens, `min_tokens` not reached, a length cap.
+            stopped = (
+                token == request.eos_token_id
+                or bool(params.stop_token_ids)
+                or len(outputs) < params.min_tokens
+                or request.num_tokens >= max_model_len
+                or len(outputs) >= request.max_tokens
+            ) and check_stop(request, max_model_len)
             if not output_is_stale and had_placeholders:
                 request.num_output_placeholders -= 1
             if caching and had_placeholders and not output_is_stale and status_before_stop == running:

@@ -112,17 +112,7 @@ class KVCacheManager:
         bs = self.block_size
         hashes = update_block_hashes(request, bs)
         max_blocks = (request.num_tokens - 1) // bs
-        # `BlockPool.get_cached_block`, inlined: a preempted request that
-        # waits looks its whole prefix up at every step until it is admitted.
-        cache = self.block_pool.cached_block_hash_to_block
-        hit: list[KVCacheBlock] = []
-        for block_hash in hashes[:max_blocks]:
-            block = cache.get(block_hash)
-            if block is None:
-                break  # chained hashes: every later block misses too
-            if isinstance(block, dict):
-                block = next(iter(block.values()))  # duplicates: the first cached
-            hit.append(block)
+        hit = self.block_pool.get_cached_prefix(hashes[:max_blocks])
         if not hit:
             return EMPTY_BLOCKS, 0
         return KVCacheBlocks(hit), len(hit) * bs
