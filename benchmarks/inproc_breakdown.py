@@ -82,7 +82,7 @@ def _node_of(fn: Callable, args: tuple, executors: dict[int, str]) -> str:
         except ValueError:  # an empty cell
             pass
     for obj in candidates:
-        name = getattr(obj, "name", None)
+        name = obj if isinstance(obj, str) else getattr(obj, "name", None)  # the proxy links take node names
         if isinstance(name, str) and name.split("-")[0] in ("prefill", "decode"):
             return name
     return "proxy"

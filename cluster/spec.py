@@ -18,6 +18,7 @@ from engine.prompt import PromptTokens
 from engine.roofline import RooflineCostModel
 from engine.v0.config import SchedulerConfig as V0SchedulerConfig
 from node.settings import NodeSettings
+from proxy.ports import ProxySettings
 
 # v1 settings with the value that leaves them unused; a v0 node accepts only that.
 V1_ONLY_SETTINGS = {
@@ -378,6 +379,16 @@ class ClusterSpec(_Strict):
         """What every node of this cluster runs with (`time_scale` 1: the virtual clock)."""
         assert isinstance(self.bytes_per_token, int)  # "auto" is resolved at validation
         return NodeSettings(self.cost(), time_scale, self.bytes_per_token, self.kv_policy())
+
+    def proxy_settings(self) -> ProxySettings:
+        """What the proxy of this cluster routes by (both runtimes)."""
+        return ProxySettings(
+            prefill=tuple(f"prefill-{i}" for i in range(self.prefill.count)),
+            decode=tuple(f"decode-{i}" for i in range(self.decode.count)),
+            routing=self.routing,
+            ignore_eos=self.sampler.ignore_eos,
+            prompt_hashes=self.prompt_hashes,
+        )
 
     def node_specs(self) -> list[tuple[str, NodeSpec, NodeGroup]]:
         """(role, spec, group) for every node: prefill-0.., decode-0.."""

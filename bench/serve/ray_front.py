@@ -3,11 +3,11 @@
 `start_ray_front` runs in the `ProxyActor` (`cluster/ray/proxy.py`,
 `serve_front`): it builds the same `ServeApp` as the in-process server over
 a `RouterDriver`, which submits to and aborts in the proxy's router
-(`cluster/ray/proxy_router.py`) directly, in the actor's event loop, and
+(`proxy/proxy.py`) directly, in the actor's event loop, and
 keeps each request's `RequestRecord` from the router's client events (times
 in run seconds, stamped by the proxy as it hears them, as in `run_ray`).
 
-- A client that goes away: `ProxyRouter.abort` finishes the request "abort",
+- A client that goes away: `Proxy.abort` finishes the request "abort",
   sends an `AbortMessage` to the node that has it (its engine aborts it and
   frees its blocks; the node counts it, `requests_aborted`) and releases a
   prompt a prefill node holds for it.
@@ -29,8 +29,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster.client_events import Arrived, ClientEvent, Finished, Submission, apply_to_record
 from engine.records import RequestRecord, WorkloadRequest
+from proxy.client import Arrived, ClientEvent, Finished, Submission, apply_to_record
 
 from ..observe import start_node_observer
 from .app import ServeApp
@@ -52,8 +52,8 @@ class RouterDriver(ServeDriver):
     def __init__(self, server, nodes: dict[str, Any], max_model_len: int, max_pending: int) -> None:
         super().__init__(max_model_len, max_pending)
         self.server = server  # cluster.ray.proxy.ProxyServer
-        self.router = server.router
-        self.clock = self.router.clock
+        self.router = server.proxy  # proxy.Proxy
+        self.clock = server.clock
         self.nodes = nodes  # name -> node actor handle
         self.records: dict[str, RequestRecord] = {}
         # The last latency update sent to each node: an actor runs one caller's

@@ -1,11 +1,14 @@
 """The in-process runtime: the prefill and decode roles (the very classes
-the Ray actors wrap), the proxy in front of them, the KV transport between
-them and the load driver, all on one virtual clock. Deterministic: the same
-spec, workload and seed give the same trace.
+the Ray actors wrap), the proxy role in front of them (the very class the
+Ray proxy actor drives), the KV transport between them and the load
+driver, all on one virtual clock. Deterministic: the same spec, workload
+and seed give the same trace.
 
 Every node gets the same ports a Ray node gets, implemented on the event
 loop: the loop is its `Clock`, a `VirtualPipelineExecutor` its stages, the
-proxy link its outbox, an `InProcKVTransport` its KV handoff."""
+proxy link its outbox, an `InProcKVTransport` its KV handoff. The proxy gets
+its ports the same way: the loop's time, the proxy links
+(`proxy_links.py`), and the clients' records (`records.py`)."""
 
 from __future__ import annotations
 
@@ -15,35 +18,35 @@ from dataclasses import replace
 from operator import attrgetter
 from typing import Any
 
-from connector.link import Link, ReliableLine
+from connector.link import Link
 from decode_node.node import DecodeNode
 from engine import fast_paths
+from engine.node_core import NodeSpec
 from engine.records import RequestRecord, WorkloadRequest
 from engine.sampler import DeterministicSampler
 from engine.scheduler import Scheduler
-from node.messages import RequestMessage
 from node.ports import NodePorts
 from node.role import NodeRole
 from prefill_node.node import PrefillNode
+from proxy.ports import ProxyPorts
+from proxy.proxy import Proxy
 
-from ..chaos import Fault, chaos_report
+from ..chaos import ChaosConfig, Fault, chaos_report
 from ..invariants import check_requests
-from ..router import PrefixIndex, Router
 from ..run_result import RunResult, kv_pull_summary
-from ..spec import ClusterSpec
+from ..spec import ClusterSpec, NodeGroup
 from .clock import EventLoop
 from .collector import collector_paused
 from .executor import VirtualPipelineExecutor
 from .fast_forward import SteadyDecodeForwarder
-from .faults import FaultsMixin
+from .faults import schedule_chaos
 from .kv_transport import InProcKVTransport
-from .proxy_outputs import ProxyOutputsMixin
-from .token_runs import SteadyTokenRuns
+from .load_driver import LoadDriver
+from .proxy_links import InProcProxyLinks
+from .records import ClientRecords
 
-REQUEST_BYTES = 512
 
-
-class InProcCluster(ProxyOutputsMixin, FaultsMixin):
+class InProcCluster:
     def __init__(
         self,
         spec: ClusterSpec,
@@ -64,12 +67,13 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
         self._kv_links: dict[tuple[str, str], Link] = {}
         # Deterministic per seed: the virtual clock has no outsider to keep out,
         # but runs the same ticket checks as Ray (where the key is random).
-        settings = replace(spec.node_settings(), ticket_key=hashlib.sha256(f"inproc-run/{seed}".encode()).digest())
+        self._settings = replace(
+            spec.node_settings(), ticket_key=hashlib.sha256(f"inproc-run/{seed}".encode()).digest()
+        )
         self.nodes: dict[str, NodeRole] = {}
         self.prefill_nodes: list[NodeRole] = []
         self.decode_nodes: list[NodeRole] = []
         self._producers: dict[str, PrefillNode] = {}
-        self._settings = settings
         self._on_step = observer.on_step if observer is not None else None
         self._debug_invariants = debug_invariants
         self._executors: dict[str, VirtualPipelineExecutor] = {}
@@ -78,10 +82,17 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
         self.fast_forward_active = False
         self._forwarders: list[SteadyDecodeForwarder] = []
         # Token ids by position: the nodes' sampler (`NodePorts.sampler`), the
-        # client's records of forwarded steps and the end-of-run check share it.
+        # client's records of token runs and the end-of-run check share it.
         self._sampler = DeterministicSampler(spec.sampler.seed + seed, spec.sampler.stop_probability)
-        self._token_runs = SteadyTokenRuns(self)
-        self._specs: dict[str, tuple[str, Any, Any]] = {}
+        self.client = ClientRecords(self._sampler, observer)
+        self.links = InProcProxyLinks(self.loop, self.nodes, self._connection_broken)
+        self.proxy = Proxy(
+            spec.proxy_settings(),
+            ProxyPorts(self.loop.now, self.links.send, self.client, self._log if trace else None),
+        )
+        self.links.proxy = self.proxy
+        self.driver = LoadDriver(self.loop, self.proxy, self.client)
+        self._specs: dict[str, tuple[str, NodeSpec, NodeGroup]] = {}
         self.restarts: dict[str, int] = {}
         for role, node_spec, group in spec.node_specs():
             node_spec.sampler_seed = spec.sampler.seed + seed
@@ -89,35 +100,10 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
             node = self._build_node(role, node_spec, group)
             (self.prefill_nodes if role == "prefill" else self.decode_nodes).append(node)
             self.nodes[node.name] = node
-        # The proxy <-> node connections are TCP: loss costs retransmissions, never order.
-        self._proxy_links: dict[str, tuple[ReliableLine, ReliableLine]] = {}
+        # The proxy <-> node connections (after the nodes: their links' seeds follow the stage links').
         for n in self.nodes:
-            link = self._new_link(spec.links.proxy)
-            self._proxy_links[n] = (ReliableLine(link.forward), ReliableLine(link.reverse))
-        # Prefix-aware routing's memory of which prompts went where (kept when routers are rebuilt).
-        self._prefill_index: PrefixIndex[NodeRole] = PrefixIndex()
-        self._decode_index: PrefixIndex[NodeRole] = PrefixIndex()
-        self.prefill_router: Router[NodeRole] | None = (
-            Router(self.prefill_nodes, spec.routing, NodeRole.load, self._prefill_index) if self.prefill_nodes else None
-        )
-        self.decode_router: Router[NodeRole] | None = Router(
-            self.decode_nodes, spec.routing, NodeRole.load, self._decode_index
-        )
+            self.links.connect(n, self._new_link(spec.links.proxy))
         self.eos_token_id = self.decode_nodes[0].core.eos_token_id
-        self.records: dict[str, RequestRecord] = {}
-        self._workload: dict[str, WorkloadRequest] = {}
-        self._node_of: dict[str, NodeRole] = {}
-        self._prefill_of: dict[str, PrefillNode] = {}  # the node holding a request's prompt blocks
-        self.failures: dict[str, str] = {}  # request id -> why it finished with "error"
-        self.rerouted: dict[str, int] = {}  # request id -> times re-routed to a live decode node
-        self.events_rejected = 0  # node events about requests not routed to that node
-        self.requests_aborted = 0  # requests whose client went away (`abort`)
-        # Serving (`bench/serve/driver.py`): ids of requests whose record changed
-        # since the server last looked, so it wakes only their handlers. None: off.
-        self.touched: set[str] | None = None
-        self._backlog: list[WorkloadRequest] = []
-        self._in_flight = 0
-        self.max_concurrency: int | None = None
 
     def _new_link(self, settings) -> Link:
         self._link_seed += 1
@@ -130,105 +116,44 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
         return self._kv_links[key]
 
     def _log(self, *event) -> None:
-        if self.trace_enabled:
-            self.trace.append((round(self.loop.now(), 9), *event))
+        self.trace.append((round(self.loop.now(), 9), *event))
 
-    # -- the load driver ---------------------------------------------------------
+    # -- what clients and servers use ------------------------------------------------------
     def submit(self, workload: Iterable[WorkloadRequest], max_concurrency: int | None = None) -> None:
-        self.max_concurrency = max_concurrency
-        workload = list(workload)
-        seen = set(self._workload)
-        for w in workload:
-            if w.request_id in seen:
-                raise ValueError(f"duplicate request id {w.request_id!r} in the workload")
-            seen.add(w.request_id)
-        for w in workload:
-            self._workload[w.request_id] = w
-        # Known up front: the loop keeps them apart from what the run schedules (clock.py).
-        self.loop.at_each([w.arrival_time for w in workload], self._arrive, [(w,) for w in workload])
+        self.driver.submit(workload, max_concurrency)
 
-    def _arrive(self, w: WorkloadRequest) -> None:
-        if self.max_concurrency is not None and self._in_flight >= self.max_concurrency:
-            self._backlog.append(w)
-            return
-        self._in_flight += 1
-        now = self.loop.now()
-        self.records[w.request_id] = RequestRecord(w.request_id, now, w.prompt_len, w.output_len, w.priority)
-        if self.trace_enabled:
-            self._log("arrive", w.request_id)
-        if self.prefill_nodes and self.prefill_router is None:
-            self._finish(w.request_id, "error")  # every prefill node is gone
-            return
-        if self.prefill_router is not None:
-            self._send(
-                self._pick(self.prefill_router, w),
-                self._message(w, max_tokens=1, params={"do_remote_decode": True}),
-            )
-        else:
-            if self.decode_router is None:
-                self._finish(w.request_id, "error", "no live decode node")
-                return
-            self._send(self._pick(self.decode_router, w), self._message(w, max_tokens=w.output_len, params=None))
+    @property
+    def records(self) -> dict[str, RequestRecord]:
+        return self.client.records
 
-    def _pick(self, router: Router[NodeRole], w: WorkloadRequest) -> NodeRole:
-        """The router's node for `w`; its prompt's block hashes are worked
-        out only for the policy that reads them."""
-        if router.policy != "prefix_aware":
-            return router.pick()
-        return router.pick(self.spec.prompt_hashes(w.request_id, w.prompt_len, w.prompt_segments))
+    @property
+    def touched(self) -> set[str] | None:
+        """Serving: ids of requests whose record changed (`ClientRecords.touched`)."""
+        return self.client.touched
 
-    def _message(self, w: WorkloadRequest, max_tokens: int, params: dict | None) -> RequestMessage:
-        return RequestMessage(
-            w.request_id,
-            w.prompt_len,
-            max_tokens,
-            self.records[w.request_id].arrival_time,
-            w.priority,
-            params,
-            self.spec.sampler.ignore_eos if w.ignore_eos is None else w.ignore_eos,
-            list(w.prompt_segments) or None,
-            w.min_tokens,
-            list(w.stop_token_ids) or None,
-        )
+    @touched.setter
+    def touched(self, ids: set[str] | None) -> None:
+        self.client.touched = ids
 
-    # -- the proxy ------------------------------------------------------------------
-    def _send(self, node: NodeRole, message: RequestMessage) -> None:
-        self._token_runs.close(message.request_id)
-        self._node_of[message.request_id] = node
-        arrival = self._proxy_links[node.name][0].transit(self.loop.now(), REQUEST_BYTES)
-        if arrival is None:  # the connection broke (an outage outlasted TCP's retransmissions)
-            self.loop.call_soon(self._connection_broken, node.name)
-            return
-        self.loop.at(arrival, self._deliver, node, message)
+    @property
+    def requests_aborted(self) -> int:
+        return self.proxy.requests_aborted
 
-    def _deliver(self, node: NodeRole, message: RequestMessage) -> None:
-        if self._node_of.get(message.request_id) is not node:
-            return  # re-routed while in transit (its node died)
-        if not node.alive:
-            self._finish(message.request_id, "error", f"{node.name} is gone")
-            return
-        node.on_requests([message])
-
-    # -- clients that go away ------------------------------------------------------------
     def abort(self, request_id: str) -> bool:
-        """The client went away: the request ends with finish reason "abort"
-        and is aborted in the engine of the node that has it (its blocks are
-        freed there, `requests_aborted` counts it); a prompt a prefill node
-        still holds for it is released. False if it was already finished."""
-        rec = self.records.get(request_id)
-        if rec is None or rec.finish_reason is not None:
-            return False
-        self.requests_aborted += 1
-        node = self._node_of.pop(request_id, None)  # a message still in transit is dropped on delivery
-        if node is not None and node.alive:
-            arrival = self._proxy_links[node.name][0].transit(self.loop.now(), REQUEST_BYTES)
-            if arrival is not None:
-                self.loop.at(arrival, node.abort, [request_id])
-        self._release_at_prefill(request_id)
-        self._finish(request_id, "abort")
-        return True
+        """The client went away (`Proxy.abort`): the request ends with finish
+        reason "abort" and is aborted in the engine of the node that has it; a
+        prompt a prefill node still holds for it is released. False if it was
+        already finished."""
+        return self.proxy.abort(request_id)
 
-    def _build_node(self, role: str, node_spec, group) -> NodeRole:
+    def forget(self, request_id: str) -> None:
+        """Drop a finished request's record (a long-running server)."""
+        self.client.forget(request_id)
+        self.proxy.failures.pop(request_id, None)
+        self.proxy.rerouted.pop(request_id, None)
+
+    # -- nodes ------------------------------------------------------------------------------
+    def _build_node(self, role: str, node_spec: NodeSpec, group: NodeGroup) -> NodeRole:
         """A node with its in-process ports: a fresh process, also when a chaos
         restart brings a killed node back."""
         stage_link = self._new_link(self.spec.links.stage) if group.pp_size > 1 else None
@@ -236,7 +161,7 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
         ports = NodePorts(
             clock=self.loop,
             executor=executor,
-            emit=lambda events, name=node_spec.name: self._from_node(name, events),
+            emit=lambda events, name=node_spec.name: self.links.from_node(name, events),
             sampler=self._sampler,
         )
         if role == "prefill":
@@ -255,16 +180,21 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
         )
         node = DecodeNode(node_spec, self._settings, ports, kv, self._on_step, self._debug_invariants)
         node.loop.keep_timings = False  # on the virtual clock every step takes its run time exactly
-        forwarder = SteadyDecodeForwarder(self, node, executor)
+        forwarder = SteadyDecodeForwarder(
+            self.loop, self.links, self.driver, self.proxy, self._fast_forward_active, node, executor
+        )
         self._forwarders.append(forwarder)
         node.loop.fast_forward = forwarder
         self._bulk_outputs(node, self.fast_forward_active)  # a node restarted mid-run
         return node
 
+    def _fast_forward_active(self) -> bool:
+        return self.fast_forward_active
+
     @staticmethod
     def _bulk_outputs(node: NodeRole, on: bool) -> None:
         """A decode node's one-token outputs reach the proxy as one
-        `SteadyTokens` per step, kept as token runs (token_runs.py), and its
+        `SteadyTokens` per step, kept as token runs (proxy/token_runs.py), and its
         decode-only steps are scheduled in bulk (engine/bulk_step.py), while
         a batch run takes the fast paths (the paced `serve` driver reads
         records while time passes). v1 only: v0 has its own outputs."""
@@ -273,33 +203,64 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
             scheduler.bulk_token_outputs = on
             scheduler.sampler = node.core.sampler if on else None  # its bulk steps' (engine/bulk_step.py)
 
-    def _rebuild_routers(self) -> None:
-        live_prefill = [n for n in self.prefill_nodes if n.alive]
-        live_decode = [n for n in self.decode_nodes if n.alive]
-        self.prefill_router = (
-            Router(live_prefill, self.spec.routing, NodeRole.load, self._prefill_index) if live_prefill else None
+    # -- faults -----------------------------------------------------------------------------
+    def _check_node(self, name: str) -> None:
+        if name not in self.nodes:
+            raise ValueError(f"node {name!r} is unknown; allowed: {', '.join(self.nodes)}")
+
+    def kill_node_at(self, name: str, at: float) -> None:
+        self._check_node(name)
+        self.loop.at(at, self._kill, name, "was killed")
+
+    def restart_node_at(self, name: str, at: float) -> None:
+        self._check_node(name)
+        self.loop.at(at, self._restart, name)
+
+    def inject_chaos(self, config: ChaosConfig) -> list[Fault]:
+        """Plan seeded random faults (`cluster.chaos`) and schedule them; the
+        run's result then carries `extra["chaos"]`, the report."""
+        self.chaos_faults = schedule_chaos(
+            config,
+            [n.name for n in self.prefill_nodes],
+            [n.name for n in self.decode_nodes],
+            self.kill_node_at,
+            self.restart_node_at,
+            self._kv_link,
+            self._executors,
+            self._log if self.trace_enabled else None,
         )
-        self.decode_router = (
-            Router(live_decode, self.spec.routing, NodeRole.load, self._decode_index) if live_decode else None
-        )
+        return self.chaos_faults
 
-    def forget(self, request_id: str) -> None:
-        """Drop a finished request's bookkeeping (a long-running server)."""
-        self._token_runs.close(request_id)
-        for table in (self.records, self._workload, self._node_of, self._prefill_of, self.failures, self.rerouted):
-            table.pop(request_id, None)  # type: ignore[attr-defined]
+    def _kill(self, name: str, why: str) -> None:
+        """The node's process is gone (`why`: how the proxy learnt it): the
+        proxy stops routing to it and moves or fails its requests."""
+        node = self.nodes[name]
+        if not node.alive:
+            return
+        node.kill()
+        if self.trace_enabled:
+            self._log("kill" if why == "was killed" else "disconnected", name)
+        self.proxy.node_died(name, why)
 
-    # -- faults ----------------------------------------------------------------------
-    def _release_at_prefill(self, request_id: str) -> None:
-        prefill = self._prefill_of.pop(request_id, None)
-        if prefill is not None:
-            self._release_held(prefill, request_id)
+    def _connection_broken(self, name: str) -> None:
+        """The proxy's connection to a node broke: the node is gone to the run."""
+        self._kill(name, "lost its proxy connection")
 
-    def _release_held(self, prefill: NodeRole, request_id: str) -> None:
-        if prefill.alive and isinstance(prefill, PrefillNode):
-            arrival = self._proxy_links[prefill.name][0].transit(self.loop.now(), REQUEST_BYTES)
-            if arrival is not None:
-                self.loop.at(arrival, prefill.release, [request_id])
+    def _restart(self, name: str) -> None:
+        """A killed node's process comes back: empty pool, empty cache, the
+        same address; the proxy routes to it again."""
+        old = self.nodes[name]
+        if old.alive:
+            return
+        role, node_spec, group = self._specs[name]
+        node = self._build_node(role, node_spec, group)
+        self.nodes[name] = node
+        group_nodes = self.prefill_nodes if role == "prefill" else self.decode_nodes
+        group_nodes[group_nodes.index(old)] = node
+        self.restarts[name] = self.restarts.get(name, 0) + 1
+        if self.trace_enabled:
+            self._log("restart", name)
+        self.proxy.node_restarted(name)
 
     # -- run ---------------------------------------------------------------------------
     def run(self, until: float | None = None, max_events: int | None = 50_000_000) -> RunResult:
@@ -316,7 +277,7 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
             self.fast_forward_active = False
             for node in self.decode_nodes:
                 self._bulk_outputs(node, False)
-            self._token_runs.close_all()
+            self.proxy.flush_token_runs()
         reports = {name: n.report() for name, n in self.nodes.items() if n.alive}
         steps = [s for r in reports.values() for s in r.steps]
         steps.sort(key=attrgetter("time", "node"))  # (time, node), without a Python call per step
@@ -330,7 +291,7 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
         records = [self.records[r] for r in sorted(self.records, key=lambda r: (self.records[r].arrival_time, r))]
         sampler = self._sampler
         errors = check_requests(
-            records, sampler.token_at, sampler.eos_token_id, self.spec.decode.engine.max_model_len, self._workload
+            records, sampler.token_at, sampler.eos_token_id, self.spec.decode.engine.max_model_len, self.client.workload
         )
         node_errors = 0
         for report in reports.values():
@@ -353,9 +314,9 @@ class InProcCluster(ProxyOutputsMixin, FaultsMixin):
                 "num_events": self.loop.num_events,
                 "steps_fast_forwarded": sum(f.steps_forwarded for f in self._forwarders),
                 "kv_pulls": kv_pull_summary(node_counters),
-                "failures": dict(self.failures),
-                "rerouted": dict(self.rerouted),
-                "events_rejected": self.events_rejected,
+                "failures": dict(self.proxy.failures),
+                "rerouted": dict(self.proxy.rerouted),
+                "events_rejected": self.proxy.events_rejected,
                 **(
                     {"chaos": chaos_report(self.chaos_faults, records, errors, node_errors).to_dict()}
                     if self.chaos_faults is not None

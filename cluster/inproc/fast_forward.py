@@ -33,7 +33,8 @@ Switched off with the other fast paths (`engine/fast_paths.py`).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from engine.cost_model import StepShape
 from engine.steady_decode import SteadyBatch, advance, block_plan, is_quiet, steady_batch
@@ -41,16 +42,30 @@ from engine.steady_step import schedule_with_steady
 from node.messages import OutputEvent
 from node.role import NodeRole
 from node.step_loop import StepTiming
+from proxy.proxy import Proxy
 
+from .clock import EventLoop
 from .executor import VirtualPipelineExecutor
-
-if TYPE_CHECKING:
-    from .cluster import InProcCluster
+from .load_driver import LoadDriver
+from .proxy_links import InProcProxyLinks
 
 
 class SteadyDecodeForwarder:
-    def __init__(self, cluster: InProcCluster, node: NodeRole, executor: VirtualPipelineExecutor) -> None:
-        self.cluster = cluster
+    def __init__(
+        self,
+        loop: EventLoop,
+        links: InProcProxyLinks,
+        driver: LoadDriver,
+        proxy: Proxy,
+        active: Callable[[], bool],
+        node: NodeRole,
+        executor: VirtualPipelineExecutor,
+    ) -> None:
+        self.loop = loop
+        self.links = links
+        self.driver = driver
+        self.proxy = proxy
+        self.active = active  # inside `InProcCluster.run` (not a paced driver's steps)
         self.node = node
         self.executor = executor
         self.steps_forwarded = 0
@@ -59,17 +74,16 @@ class SteadyDecodeForwarder:
 
     def _harmless(self, fn: Any, args: tuple) -> bool:
         """The proxy's receipt of this node's outputs, when it starts nothing:
-        always for the tokens of forwarded steps (`_record_runs`: no finish
+        always for the tokens of forwarded steps (`_receive_steady`: no finish
         comes with them), else when no finish can start a waiting request."""
-        cluster = self.cluster
         if not args or args[0] is not self.node:
             return False
         func = getattr(fn, "__func__", None)
-        if func is type(cluster)._record_runs:
+        if func is InProcProxyLinks._receive_steady:
             return True
-        if func is not type(cluster)._proxy_receive:
+        if func is not InProcProxyLinks._receive:
             return False
-        if not cluster._backlog:
+        if not self.driver.backlog:
             return True
         return all(getattr(ev, "finish_reason", None) is None for ev in args[1])
 
@@ -80,16 +94,15 @@ class SteadyDecodeForwarder:
         the node admits at the end of the step they arrive in on either path,
         so a forward may run through the step it falls in. They would read
         this node's load only to pick among several decode nodes by load."""
-        cluster = self.cluster
         func = getattr(fn, "__func__", None)
-        if func is type(cluster)._arrive:
+        if func is LoadDriver.arrive:
             pass
         elif func is VirtualPipelineExecutor._done:
             if not fn.__self__.serves_prefill:
                 return False
         else:
             return False
-        router = cluster.decode_router
+        router = self.proxy.routers["decode"]
         return router is None or len(router.nodes) == 1 or router.policy == "round_robin"
 
     def _limits(self) -> tuple[float, float]:
@@ -102,7 +115,7 @@ class SteadyDecodeForwarder:
         # A cancelled timer (a prefill node's hold timer, cancelled by the
         # done report) does nothing when its time comes, not even move the
         # clock: it limits nothing.
-        live = self.cluster.loop.first_live(4)
+        live = self.loop.first_live(4)
         i = 0
         while i < len(live) and self._harmless(live[i][2], live[i][3]):
             i += 1
@@ -118,10 +131,9 @@ class SteadyDecodeForwarder:
         return (live[-1][0] if len(live) == 4 else math.inf), arrival
 
     def __call__(self) -> bool:
-        cluster = self.cluster
         if self.node.loop.forwarding:
             return True  # steps are in flight until `_resume` (a step in flight schedules nothing)
-        if not cluster.fast_forward_active:
+        if not self.active():
             return False
         node, executor = self.node, self.executor
         if executor.slow_windows or executor.pipeline.pp_size != 1 or node.role == "prefill":
@@ -132,15 +144,15 @@ class SteadyDecodeForwarder:
         batch = steady_batch(core, admitting=True)
         if batch is None:
             return False
-        if not is_quiet(core) or not cluster._proxy_links[node.name][1].line.is_ideal:
+        if not is_quiet(core) or not self.links.ideal_from(node.name):
             return self._admission_step(batch)
-        loop = cluster.loop
+        loop = self.loop
         horizon, arrival = self._limits()
         now = loop.now()
         # Finishes end a forward only when one could start a waiting request
         # (the closed loop's backlog): the proxy's receipt of a finish is then
         # an event that changes the schedule.
-        limit = batch.last_finish if not cluster._backlog else batch.first_finish
+        limit = batch.last_finish if not self.driver.backlog else batch.first_finish
         sizes, contexts, durations, runs, times = self._plan(batch, limit, now, horizon, arrival)
         m = len(durations)
         if m == 0:
@@ -180,7 +192,7 @@ class SteadyDecodeForwarder:
         # The node goes on when the last step ends, before the proxy takes in
         # that step's outputs (the order of a step's end on the plain path).
         loop.at(times[m], self._resume)
-        cluster._steady_outputs(node, ids, times[1:], sizes, events)
+        self.links.steady_outputs(node, ids, times[1:], sizes, events)
         node.loop.forwarding = True
         return True
 
@@ -231,7 +243,7 @@ class SteadyDecodeForwarder:
         per_step, _, fits = block_plan(core, batch, 1)
         if fits < 1:
             return False
-        now = self.cluster.loop.now()
+        now = self.loop.now()
         plan = core.engine.queue_step(now, schedule_with_steady(core, batch, per_step))
         assert plan is not None  # the step has tokens
         self.admission_steps += 1

@@ -18,8 +18,7 @@ from collections.abc import Callable
 
 from cluster.wall.clock import RunClock
 from engine.records import RequestRecord, WorkloadRequest
-
-from ..client_events import Arrived, ClientEvent, Finished, Submission, apply_to_record
+from proxy.client import Arrived, ClientEvent, Finished, Submission, apply_to_record
 
 logger = logging.getLogger(__name__)
 

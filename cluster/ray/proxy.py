@@ -1,5 +1,6 @@
-"""The proxy of the Ray runtime, in front of the prefill and decode nodes
-(vLLM's disaggregated proxy; routing in `proxy_router.ProxyRouter`).
+"""The proxy of the Ray runtime, in front of the prefill and decode nodes:
+the proxy role (`proxy.Proxy`, the very class the in-process runtime
+drives) on wall-clock links (`cluster/wall/proxy_links.py`).
 
 `ProxyServer` is the plain part: nodes connect to it over framed TCP
 (`cluster/wall/proxy_channel.py`) — requests go out and events come in, in
@@ -28,11 +29,11 @@ from cluster.ray.env import ray
 from cluster.wall.auth import AuthError, challenge
 from cluster.wall.clock import RunClock
 from cluster.wall.frames import FrameConnection, FrameError, serve
+from cluster.wall.proxy_links import settings_for, wall_proxy
 from node.messages import ProxyMessage
+from proxy.client import ClientEvent, Submission
 
-from ..client_events import ClientEvent, Submission
 from ..spec import ClusterSpec
-from .proxy_router import ProxyRouter
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,15 @@ class ProxyServer:
         secret: bytes | None = None,
     ) -> None:
         self.names = set(prefill) | set(decode)
-        self.router = ProxyRouter(spec, seed, clock, prefill, decode, self._send, publish)
+        self.clock = clock
+        self.proxy, self.links = wall_proxy(
+            settings_for(spec.proxy_settings(), prefill, decode),
+            spec.links.proxy.to_spec(),
+            seed,
+            clock,
+            self._send,
+            publish,
+        )
         self.secret = secret
         self.conns: dict[str, FrameConnection] = {}
         self._unsent: dict[str, list[list[ProxyMessage]]] = {}
@@ -67,14 +76,14 @@ class ProxyServer:
         return host, port
 
     def submit(self, items: list[Submission]) -> None:
-        self.router.submit(items)
+        self.proxy.submit(items)
 
     def abort(self, request_id: str) -> bool:
-        return self.router.abort(request_id)
+        return self.proxy.abort(request_id)
 
     def node_gone(self, name: str) -> None:
         if not self.closing:
-            self.router.node_died(name)
+            self.proxy.node_died(name)
 
     async def _on_connection(self, conn: FrameConnection) -> None:
         try:
@@ -90,7 +99,7 @@ class ProxyServer:
         if who is not None and who != name:
             self._refuse(f"authenticated as {who!r} but said hello as another node")
             return
-        if name in self.conns or name in self.router.dead:
+        if name in self.conns or name in self.proxy.dead:
             self._refuse(f"{name} is already connected (or gone)")
             return
         self.conns[name] = conn
@@ -100,7 +109,7 @@ class ProxyServer:
             while (frame := await conn.recv()) is not None:
                 self.messages_in += 1
                 if isinstance(frame, list) and len(frame) == 2 and frame[0] == "ev" and isinstance(frame[1], list):
-                    self.router.node_events(name, frame[1])
+                    self.links.node_events(name, frame[1])
                 else:
                     logger.warning("proxy: unexpected frame from %s: %.80r", name, frame)
         except FrameError as err:
@@ -116,11 +125,11 @@ class ProxyServer:
         if conn is None:
             self._unsent.setdefault(node, []).append(messages)  # not connected yet
         elif not conn.send(["req", [m.to_wire() for m in messages]]):
-            self.router.send_failed(node, [m.request_id for m in messages if hasattr(m, "request_id")])
+            self.proxy.send_failed(node, [m.request_id for m in messages if hasattr(m, "request_id")])
 
     async def close(self) -> None:
         self.closing = True
-        self.router.close()
+        self.links.close()
         if self._server is not None:
             self._server.close()
         for conn in list(self.conns.values()):
@@ -231,7 +240,7 @@ class ProxyActor:
         stats = {"proxy_cpu_s": time.process_time()}
         if self.server is not None:
             await self.server.close()
-            router = self.server.router
+            router = self.server.proxy
             stats.update(
                 proxy_messages_in=self.server.messages_in,
                 outstanding=dict(router.outstanding),

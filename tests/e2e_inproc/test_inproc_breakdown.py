@@ -31,7 +31,7 @@ def test_timed_run_is_the_plain_run(topology: str, caching: bool) -> None:
     # Every event that ran was timed, under its handler and node.
     keys = set(timed["times"])
     assert "VirtualPipelineExecutor._done [decode-0]" in keys
-    assert "InProcCluster._arrive [proxy]" in keys
+    assert "LoadDriver.arrive [proxy]" in keys
     if topology == "1P1D":
         assert {"VirtualPipelineExecutor._done [prefill-0]", "InProcKVTransport._serve [KV hand-over]"} <= keys
     # Scheduled at least as many as ran (a cancelled timer never runs).

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from bench.workloads import generate_workload, parse_workload_spec
 from cluster.inproc import run_inproc
-from cluster.router import PrefixIndex, Router
 from cluster.spec import ClusterSpec
+from proxy.routing import PrefixIndex, Router
 
 WORKLOAD = {
     "num_requests": 60,

@@ -14,13 +14,13 @@ import time
 import msgpack
 import pytest
 
-from cluster.client_events import Finished, Submission, Tokens
 from cluster.ray.proxy import ProxyServer
 from cluster.wall.auth import answer
 from cluster.wall.clock import RunClock
 from cluster.wall.frames import FrameConnection
 from cluster.wall.proxy_channel import ProxyChannel
 from node.messages import OutputEvent
+from proxy.client import Finished, Submission, Tokens
 
 from .conftest import make_spec
 
@@ -100,7 +100,7 @@ def test_events_about_a_request_routed_elsewhere_are_dropped():
         for c in (prefill, d0, d1):
             await c.close()
         await server.close()
-        return seen, server.router.events_rejected
+        return seen, server.proxy.events_rejected
 
     events, rejected = asyncio.run(asyncio.wait_for(body(), 30))
     assert rejected == 1

@@ -1,5 +1,5 @@
 """The Ray runtime's plain parts, without Ray: framing, the delay line, the
-proxy's routing, the consumer's sink, the producer's block source, and the
+proxy role on wall-clock links, the consumer's sink, the producer's block source, and the
 validation at the edges."""
 
 from __future__ import annotations
@@ -8,17 +8,17 @@ import asyncio
 
 import pytest
 
-from cluster.client_events import Arrived, Finished, Scheduled, Submission, Tokens
 from cluster.ray.cluster import RayClusterHandle
-from cluster.ray.proxy_router import ProxyRouter
 from cluster.ray.runtime import parse_faults
 from cluster.wall.clock import RunClock
 from cluster.wall.delay_line import DelayedMailbox
 from cluster.wall.frames import FrameConnection, serve
+from cluster.wall.proxy_links import settings_for, wall_proxy
 from connector.link import Link, LinkSpec
 from engine.cost_model import get_cost_model
 from node.messages import RequestMessage
 from node.settings import NodeSettings
+from proxy.client import Arrived, Finished, Scheduled, Submission, Tokens
 
 from .conftest import make_spec
 
@@ -77,12 +77,12 @@ class _Harness:
     def __init__(self, prefill=("prefill-0",), decode=("decode-0",), routing="round_robin"):
         self.sent: list[tuple[str, RequestMessage]] = []
         self.events: list = []
-        self.router = ProxyRouter(
-            make_spec(routing=routing),
+        spec = make_spec(routing=routing)
+        self.proxy, self.links = wall_proxy(
+            settings_for(spec.proxy_settings(), list(prefill), list(decode)),
+            spec.links.proxy.to_spec(),
             0,
             RunClock.starting_now(),
-            list(prefill),
-            list(decode),
             lambda node, messages: self.sent.extend((node, m) for m in messages),
             self.events.extend,
         )
@@ -94,21 +94,21 @@ class _Harness:
 def test_the_proxy_prefills_with_one_token_then_decodes_with_the_returned_params():
     async def body():
         h = _Harness()
-        h.router.submit([Submission("a", 40, 5, 0)])
+        h.proxy.submit([Submission("a", 40, 5, 0)])
         await h.settle()
         ((node, wire),) = h.sent
         assert node == "prefill-0"
         assert (wire.max_tokens, wire.kv_transfer_params) == (1, {"do_remote_decode": True})
         params = {"do_remote_prefill": True, "remote_block_ids": [1, 2, 3], "remote_address": "127.0.0.1:1"}
-        h.router.node_events("prefill-0", [["out", "a", [77], "length", params, 0, 0.001]])
+        h.links.node_events("prefill-0", [["out", "a", [77], "length", params, 0, 0.001]])
         await h.settle()
         node, wire = h.sent[1]
         assert node == "decode-0" and (wire.max_tokens, wire.kv_transfer_params) == (5, params)
-        h.router.node_events(
+        h.links.node_events(
             "decode-0", [["out", "a", [5, 6], None, None, 0, 0.002], ["out", "a", [7], "length", None, 2, 0.002]]
         )
         await h.settle()
-        h.router.close()
+        h.links.close()
         return h
 
     h = run(body())
@@ -119,18 +119,18 @@ def test_the_proxy_prefills_with_one_token_then_decodes_with_the_returned_params
         [7],
     ]  # the prefill's token is not streamed
     assert (h.events[-1].request_id, h.events[-1].reason, h.events[-1].num_preemptions) == ("a", "length", 2)
-    assert h.router.outstanding == {"prefill-0": 0, "decode-0": 0}
+    assert h.proxy.outstanding == {"prefill-0": 0, "decode-0": 0}
 
 
 def test_a_dead_prefill_node_fails_its_requests_and_leaves_the_router():
     async def body():
         h = _Harness(prefill=("prefill-0", "prefill-1"))
-        h.router.submit([Submission("a", 40, 5, 0), Submission("b", 40, 5, 0)])
+        h.proxy.submit([Submission("a", 40, 5, 0), Submission("b", 40, 5, 0)])
         await h.settle()
-        h.router.node_died("prefill-0")
-        h.router.submit([Submission("c", 40, 5, 0)])
+        h.proxy.node_died("prefill-0")
+        h.proxy.submit([Submission("c", 40, 5, 0)])
         await h.settle()
-        h.router.close()
+        h.links.close()
         return h
 
     h = run(body())
@@ -142,12 +142,12 @@ def test_a_dead_prefill_node_fails_its_requests_and_leaves_the_router():
 def test_least_loaded_routing_picks_the_node_with_fewest_outstanding_requests():
     async def body():
         h = _Harness(prefill=(), decode=("decode-0", "decode-1"), routing="least_loaded")
-        h.router.submit([Submission("a", 8, 50, 0), Submission("b", 8, 50, 0)])
-        h.router.node_events("decode-0", [["out", "a", [1], "length", None, 0, 0.0]])
+        h.proxy.submit([Submission("a", 8, 50, 0), Submission("b", 8, 50, 0)])
+        h.links.node_events("decode-0", [["out", "a", [1], "length", None, 0, 0.0]])
         await h.settle()
-        h.router.submit([Submission("c", 8, 50, 0), Submission("d", 8, 50, 0)])
+        h.proxy.submit([Submission("c", 8, 50, 0), Submission("d", 8, 50, 0)])
         await h.settle()
-        h.router.close()
+        h.links.close()
         return h
 
     h = run(body())
@@ -164,11 +164,11 @@ def test_least_loaded_routing_picks_the_node_with_fewest_outstanding_requests():
 def test_a_first_token_that_is_eos_ends_the_request_at_the_prefill_node():
     async def body():
         h = _Harness()
-        h.router.submit([Submission("a", 40, 5, 0)])
+        h.proxy.submit([Submission("a", 40, 5, 0)])
         await h.settle()
-        h.router.node_events("prefill-0", [["out", "a", [2], "stop", None, 0, 0.0]])
+        h.links.node_events("prefill-0", [["out", "a", [2], "stop", None, 0, 0.0]])
         await h.settle()
-        h.router.close()
+        h.links.close()
         return h
 
     h = run(body())

@@ -86,20 +86,20 @@ def test_the_paced_driver_wakes_only_touched_streams():
 
 # -- the Ray proxy's router, without Ray: abort messages and releases -----------------------
 class _Router:
-    """A `ProxyRouter` whose sends are recorded (ideal links deliver in the next loop pass)."""
+    """The proxy on wall-clock links, its sends recorded (ideal links deliver in the next loop pass)."""
 
     def __init__(self) -> None:
-        from cluster.ray.proxy_router import ProxyRouter
         from cluster.wall.clock import RunClock
+        from cluster.wall.proxy_links import settings_for, wall_proxy
 
         self.sent: list = []
         self.events: list = []
-        self.router = ProxyRouter(
-            serve_spec(),
+        spec = serve_spec()
+        self.proxy, self.links = wall_proxy(
+            settings_for(spec.proxy_settings(), ["prefill-0"], ["decode-0"]),
+            spec.links.proxy.to_spec(),
             0,
             RunClock.starting_now(),
-            ["prefill-0"],
-            ["decode-0"],
             lambda node, messages: self.sent.extend((node, m) for m in messages),
             self.events.extend,
         )
@@ -117,22 +117,22 @@ def _router_run(script) -> _Router:
     async def body():
         h = _Router()
         await script(h, lambda: asyncio.sleep(0.01))
-        h.router.close()
+        h.links.close()
         return h
 
     return asyncio.run(asyncio.wait_for(body(), 10))
 
 
 def test_router_abort_while_prefilling_aborts_there_and_releases_the_late_prompt():
-    from cluster.client_events import Finished, Submission
+    from proxy.client import Finished, Submission
 
     async def script(h, settle):
-        h.router.submit([Submission("a", 40, 5)])
+        h.proxy.submit([Submission("a", 40, 5)])
         await settle()
-        assert h.router.abort("a") is True and h.router.abort("a") is False
+        assert h.proxy.abort("a") is True and h.proxy.abort("a") is False
         await settle()
         # The prompt finishes after the abort: the proxy releases it, no decode node hears of it.
-        h.router.node_events("prefill-0", [["out", "a", [9], "length", PARAMS, 0, 0.001]])
+        h.links.node_events("prefill-0", [["out", "a", [9], "length", PARAMS, 0, 0.001]])
         await settle()
 
     h = _router_run(script)
@@ -143,23 +143,23 @@ def test_router_abort_while_prefilling_aborts_there_and_releases_the_late_prompt
     ]
     fins = [e for e in h.events if isinstance(e, Finished)]
     assert [(e.request_id, e.reason, e.node) for e in fins] == [("a", "abort", "prefill-0")]
-    assert h.router.requests_aborted == 1
-    assert h.router.outstanding == {"prefill-0": 0, "decode-0": 0}
+    assert h.proxy.requests_aborted == 1
+    assert h.proxy.outstanding == {"prefill-0": 0, "decode-0": 0}
 
 
 def test_router_abort_while_decoding_aborts_there_releases_the_prompt_and_drops_late_tokens():
-    from cluster.client_events import Finished, Submission, Tokens
+    from proxy.client import Finished, Submission, Tokens
 
     async def script(h, settle):
-        h.router.submit([Submission("a", 40, 50)])
+        h.proxy.submit([Submission("a", 40, 50)])
         await settle()
-        h.router.node_events("prefill-0", [["out", "a", [9], "length", PARAMS, 0, 0.001]])
+        h.links.node_events("prefill-0", [["out", "a", [9], "length", PARAMS, 0, 0.001]])
         await settle()
-        h.router.node_events("decode-0", [["out", "a", [5, 6], None, None, 0, 0.002]])
+        h.links.node_events("decode-0", [["out", "a", [5, 6], None, None, 0, 0.002]])
         await settle()
-        assert h.router.abort("a") is True
+        assert h.proxy.abort("a") is True
         await settle()
-        h.router.node_events("decode-0", [["out", "a", [7], None, None, 0, 0.002]])  # already on its way
+        h.links.node_events("decode-0", [["out", "a", [7], None, None, 0, 0.002]])  # already on its way
         await settle()
 
     h = _router_run(script)
@@ -174,12 +174,12 @@ def test_router_abort_while_decoding_aborts_there_releases_the_prompt_and_drops_
 
 
 def test_router_carries_the_clients_sampling_fields_to_both_nodes():
-    from cluster.client_events import Submission
+    from proxy.client import Submission
 
     async def script(h, settle):
-        h.router.submit([Submission("a", 40, 8, 0, (), True, 3, (11, 12))])
+        h.proxy.submit([Submission("a", 40, 8, 0, (), True, 3, (11, 12))])
         await settle()
-        h.router.node_events("prefill-0", [["out", "a", [9], "length", PARAMS, 0, 0.001]])
+        h.links.node_events("prefill-0", [["out", "a", [9], "length", PARAMS, 0, 0.001]])
         await settle()
 
     h = _router_run(script)

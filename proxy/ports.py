@@ -1,0 +1,39 @@
+"""What a runtime gives the proxy, and the settings it routes by.
+
+The proxy never sleeps, reads a clock or opens a connection itself: time
+comes from `now`, messages to nodes leave through `send` (the runtime
+carries them over its impaired proxy -> node link and, when one lands,
+asks `Proxy.deliverable` which of them the node still gets), and what the
+clients see goes to `client`. Implementations: `cluster/inproc/proxy_links.py`
+(the virtual clock) and `cluster/wall/proxy_links.py` (the wall clock, the
+Ray proxy actor)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from node.messages import ProxyMessage
+
+from .client import ClientPort
+
+# A prompt's block hashes for prefix-aware routing: (request id, prompt length, segments) -> hashes.
+PromptHashes = Callable[[str, int, Sequence[tuple[int, int]]], list[int]]
+
+
+@dataclass(frozen=True)
+class ProxySettings:
+    prefill: tuple[str, ...]  # prefill node names; none: every request goes straight to a decode node
+    decode: tuple[str, ...]
+    routing: str
+    ignore_eos: bool  # the cluster's sampler setting, for requests that do not say
+    prompt_hashes: PromptHashes
+
+
+@dataclass(frozen=True)
+class ProxyPorts:
+    now: Callable[[], float]
+    send: Callable[[str, ProxyMessage], None]
+    client: ClientPort
+    # The run's event trace (`InProcCluster(trace=True)`): called with an event tuple.
+    log: Callable[..., None] | None = None

@@ -1,0 +1,344 @@
+"""The proxy: the third role, written once and driven by both runtimes
+(vLLM's disaggregated proxy). Free of I/O: it reacts to what reaches it
+(a client's request or abort, a node's events, a node's death) and acts
+through its ports (proxy/ports.py).
+
+The P/D request flow: a request goes to a prefill node with `max_tokens=1`
+and `do_remote_decode`; when its prompt is done the prefill node answers
+with `kv_transfer_params` and keeps the blocks, and the request goes with
+those params to a decode node, whose tokens stream to the client. Without
+prefill nodes a request goes straight to a decode node. Routing is per pool
+(proxy/routing.py); least-loaded counts the requests outstanding at each
+node as the proxy knows them (it cannot look into a node, in-process or on
+Ray, so both runtimes route alike).
+
+A node's events count only for the requests routed to that node; others
+are dropped (`events_rejected`). The proxy's half of the fault policy: when
+a node dies, its prompts fail (finish reason "error") and its decode
+requests go to a live decode node, computed there from scratch (their
+prompt plus the tokens the client already has; sampling is per position,
+so the stream continues exactly), and the prefill node holding their blocks
+is told to release them; with no decode node left they fail.
+
+A client that goes away (`abort`): the request finishes "abort" at once,
+the node that has it is told to abort it in its engine (`AbortMessage`, on
+the same ordered link as its request), and a prefill node holding its
+prompt is told to release it — also when the prompt finishes after the
+abort (its output finds the request gone).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from node.messages import (
+    AbortMessage,
+    KVEvent,
+    NodeEvent,
+    OutputEvent,
+    ProxyMessage,
+    ReleaseMessage,
+    RequestMessage,
+)
+
+from .client import Finished, Submission
+from .ports import ProxyPorts, ProxySettings
+from .requests import ProxiedRequest
+from .routing import PrefixIndex, Router
+from .token_runs import FirstScheduled, TokenRuns
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("prefill", "decode")
+
+
+class Proxy:
+    def __init__(self, settings: ProxySettings, ports: ProxyPorts) -> None:
+        if not settings.decode:
+            raise ValueError("the proxy needs at least one decode node")
+        self.settings = settings
+        self.now = ports.now
+        self._send = ports.send
+        self.client = ports.client
+        self._log = ports.log
+        self._prefill_set = set(settings.prefill)
+        self.dead: set[str] = set()
+        self.outstanding: dict[str, int] = {n: 0 for n in settings.prefill + settings.decode}
+        self.requests: dict[str, ProxiedRequest] = {}  # in flight
+        self.failures: dict[str, str] = {}  # request id -> why it finished with "error"
+        self.rerouted: dict[str, int] = {}  # request id -> times re-routed to a live decode node
+        self.events_rejected = 0  # node events about requests not routed to that node
+        self.requests_aborted = 0  # requests whose client went away
+        # Prefix-aware routing's memory per pool (kept when routers are rebuilt).
+        self._prefix_index: dict[str, PrefixIndex[str]] = {role: PrefixIndex() for role in ROLES}
+        self.routers: dict[str, Router[str] | None] = {}
+        self._rebuild_routers()
+        self._runs = TokenRuns(self)
+
+    def _rebuild_routers(self) -> None:
+        load = self.outstanding.__getitem__
+        for role, names in (("prefill", self.settings.prefill), ("decode", self.settings.decode)):
+            live = [n for n in names if n not in self.dead]
+            self.routers[role] = Router(live, self.settings.routing, load, self._prefix_index[role]) if live else None
+
+    # -- clients ----------------------------------------------------------------------
+    def submit(self, items: Iterable[Submission]) -> None:
+        now = self.now()
+        admitted = []
+        for item in items:
+            if item.request_id in self.requests:
+                raise ValueError(f"duplicate request id {item.request_id!r}")
+            req = self.requests[item.request_id] = ProxiedRequest.of(item, now)
+            admitted.append(req)
+            self.client.arrived(item.request_id, now)
+            if self._log is not None:
+                self._log("arrive", item.request_id)
+        for req in admitted:
+            if self.settings.prefill:
+                self._route(req, "prefill", 1, {"do_remote_decode": True})
+            else:
+                self._route(req, "decode", req.output_len, None)
+
+    def abort(self, request_id: str) -> bool:
+        """The client went away: the request finishes "abort" now; the node
+        that has it aborts it in its engine, a prefill node holding its
+        prompt releases it. False if it is not in flight."""
+        req = self.requests.get(request_id)
+        if req is None or req.done:
+            return False
+        self.requests_aborted += 1
+        if req.node and req.node not in self.dead:
+            self._send(req.node, AbortMessage([request_id]))
+        self._release_at_prefill(req)
+        self._finish(req, "abort")
+        return True
+
+    # -- routing ----------------------------------------------------------------------
+    def _route(
+        self,
+        req: ProxiedRequest,
+        role: str,
+        max_tokens: int,
+        params: dict | None,
+        prompt_extra: int = 0,
+        event: str = "",
+    ) -> None:
+        """Send `req` to a node of the `role` pool (`event`: the trace's name
+        for this routing, if any; `prompt_extra`: tokens a re-routed request's
+        prompt grew by)."""
+        self._runs.close(req.request_id)
+        router = self.routers[role]
+        if router is None:
+            self._release_at_prefill(req)
+            self._finish(req, "error", why=f"no live {role} node")
+            return
+        if router.policy == "prefix_aware":
+            node = router.pick(self.settings.prompt_hashes(req.request_id, req.prompt_len, req.prompt_segments))
+        else:
+            node = router.pick()
+        req.node, req.phase, req.counted = node, role, True
+        self.outstanding[node] += 1
+        if event and self._log is not None:
+            self._log(event, req.request_id, node, *([prompt_extra] if event == "reroute" else []))
+        message = RequestMessage(
+            req.request_id,
+            req.prompt_len + prompt_extra,
+            max_tokens,
+            req.arrival,
+            req.priority,
+            params,
+            self.settings.ignore_eos if req.ignore_eos is None else req.ignore_eos,
+            # A re-routed request's prompt grew by what was streamed: content of its own.
+            list(req.prompt_segments) if req.prompt_segments and not prompt_extra else None,
+            max(0, req.min_tokens - prompt_extra),
+            list(req.stop_token_ids) or None,
+        )
+        self._send(node, message)
+
+    def deliverable(self, node: str, messages: list[ProxyMessage]) -> list[ProxyMessage]:
+        """Messages to `node` that have crossed the link: those the node
+        still gets. A request re-routed (or finished) while its message was on
+        the way is not delivered; at a node that is gone, its requests fail."""
+        if node in self.dead:
+            for m in messages:
+                if type(m) is RequestMessage:
+                    req = self.requests.get(m.request_id)
+                    if req is not None and not req.done and req.node == node:
+                        self._finish(req, "error", why=f"{node} is gone")
+            return []
+        requests = self.requests
+        return [
+            m
+            for m in messages
+            if type(m) is not RequestMessage or ((req := requests.get(m.request_id)) is not None and req.node == node)
+        ]
+
+    def send_failed(self, node: str, request_ids: list[str]) -> None:
+        """The node could not take these requests (its process is gone)."""
+        for request_id in request_ids:
+            req = self.requests.get(request_id)
+            if req is not None and not req.done and req.node == node:
+                self._finish(req, "error", why=f"{node} could not take it")
+
+    # -- node events --------------------------------------------------------------------
+    def on_node_events(self, node: str, events: list[NodeEvent]) -> None:
+        """A node's events, in order, as they came off its link."""
+        now = self.now()
+        client = self.client
+        is_prefill = node in self._prefill_set
+        runs = self._runs if self._runs.has_open() else None
+        requests = self.requests
+        for ev in events:
+            rid = ev.request_id
+            if runs is not None:
+                runs.close(rid)  # what the client has of it is about to change
+            req = requests.get(rid)
+            if req is None or req.done:
+                if is_prefill and type(ev) is OutputEvent and ev.kv_transfer_params and ev.finish_reason == "length":
+                    # A prompt finished for a request that ended meanwhile
+                    # (its client went away): the prefill node need not hold it.
+                    self._release_held(node, rid)
+                continue
+            if req.node != node:
+                # Not routed there (any more): a dead decode node's last
+                # tokens, or a node speaking of another node's request.
+                self.events_rejected += 1
+                continue
+            if type(ev) is KVEvent:
+                client.kv_event(ev)
+                if self._log is not None:
+                    self._log(*(("pull_start", rid, node) if ev.phase == "start" else ("pull_end", rid, ev.ok)))
+                continue
+            if not req.sched_sent:
+                self.first_scheduled(req, ev.first_scheduled_time)
+            if not is_prefill and ev.finish_reason is None:
+                # The common case, once per token: tokens from a decode node.
+                tokens = ev.new_token_ids
+                if tokens:
+                    req.delivered += len(tokens)
+                    client.tokens(rid, tokens, now)
+                continue
+            self._on_output(node, is_prefill, req, ev, now)
+
+    def on_steady_tokens(
+        self,
+        node: str,
+        ids: list[str],
+        times: list[float],
+        finishing: dict[str, int] | None,
+        first_scheduled: FirstScheduled,
+    ) -> None:
+        """The bulk-token interface (the in-process steady-decode paths): one
+        token per request in `ids` and per time in `times`, except that a
+        request in `finishing` gets only its first `finishing[id]` here (its
+        last comes with its finish event). `first_scheduled` gives the node's
+        first scheduled time of a request it names."""
+        self._runs.receive(node, ids, times, finishing, first_scheduled)
+
+    def flush_token_runs(self) -> None:
+        """Hand every open token run to the client (at the end of a run)."""
+        self._runs.close_all()
+
+    def first_scheduled(self, req: ProxiedRequest, time: float | None) -> None:
+        if time is not None:
+            req.sched_sent = True
+            self.client.scheduled(req.request_id, time)
+
+    def _on_output(self, node: str, is_prefill: bool, req: ProxiedRequest, ev: OutputEvent, now: float) -> None:
+        rid, reason, params = req.request_id, ev.finish_reason, ev.kv_transfer_params
+        if is_prefill:
+            if reason is None:
+                return  # the prefill's own token is not streamed: decode resamples it
+            self._release(req)
+            if params and reason == "length":
+                req.prefill_node = node
+                self._route(req, "decode", req.output_len, dict(params), event="to_decode")
+                return
+            # A first token that is EOS ends the request at the prefill node:
+            # no hand-off; the client gets that token.
+            if reason == "stop" and ev.new_token_ids:
+                self._tokens(req, ev.new_token_ids, now)
+            self._finish(req, reason or "error")
+            return
+        if ev.new_token_ids:
+            self._tokens(req, ev.new_token_ids, now)
+        why = ""
+        if reason == "error":
+            if params and "rejected" in params:
+                why = f"rejected by {node}: {str(params['rejected'])[:200]}"
+                if self._log is not None:
+                    self._log("rejected", rid, params["rejected"])
+            else:
+                why = f"{node} finished it with an error"
+        self._finish(req, reason, ev.num_preemptions, why)
+
+    def _tokens(self, req: ProxiedRequest, tokens: list[int], now: float) -> None:
+        req.delivered += len(tokens)
+        self.client.tokens(req.request_id, tokens, now)
+
+    def _finish(self, req: ProxiedRequest, reason: str, num_preemptions: int = 0, why: str = "") -> None:
+        rid = req.request_id
+        self._runs.close(rid)
+        if reason == "error":
+            self.failures[rid] = why or "error"
+        req.done = True
+        self._release(req)
+        del self.requests[rid]
+        if self._log is not None:
+            self._log("finish", rid, reason, req.delivered)
+        self.client.finished(Finished(rid, reason, self.now(), num_preemptions, req.node))
+
+    def _release(self, req: ProxiedRequest) -> None:
+        if req.counted:
+            req.counted = False
+            self.outstanding[req.node] -= 1
+
+    # -- faults -------------------------------------------------------------------------
+    def node_died(self, node: str, why: str = "is gone") -> None:
+        """`node` is gone to the run (killed, or its connection broke): it
+        leaves the routers, its prompts fail, its decode requests move."""
+        if node in self.dead:
+            return
+        self.dead.add(node)
+        self._runs.close_node(node)
+        self._rebuild_routers()
+        lost = [r for r in self.requests.values() if r.node == node and not r.done]
+        rerouted = 0
+        for req in lost:
+            self._release(req)
+            if req.phase == "decode" and self.routers["decode"] is not None:
+                rerouted += self._reroute(req)
+            else:
+                # A prompt being prefilled there is lost with it (or no decode node is left).
+                self._release_at_prefill(req)
+                self._finish(req, "error", why=f"{node} {why}")
+        if lost:
+            logger.info("proxy: %s %s; %d request(s) re-routed, %d failed", node, why, rerouted, len(lost) - rerouted)
+
+    def node_restarted(self, node: str) -> None:
+        """A dead node's process is back (empty pool and cache): routed to again."""
+        if node in self.dead:
+            self.dead.discard(node)
+            self._rebuild_routers()
+
+    def _reroute(self, req: ProxiedRequest) -> bool:
+        """A request whose decode node died goes to a live one, from scratch:
+        its prompt plus the tokens the client already has, for the rest."""
+        self._release_at_prefill(req)
+        if req.delivered >= req.output_len:
+            self._finish(req, "error", why="its decode node died after the last token")
+            return False
+        self.rerouted[req.request_id] = self.rerouted.get(req.request_id, 0) + 1
+        delivered = req.delivered
+        self._route(req, "decode", req.output_len - delivered, None, prompt_extra=delivered, event="reroute")
+        return True
+
+    def _release_at_prefill(self, req: ProxiedRequest) -> None:
+        node, req.prefill_node = req.prefill_node, ""
+        if node:
+            self._release_held(node, req.request_id)
+
+    def _release_held(self, node: str, request_id: str) -> None:
+        if node not in self.dead:
+            self._send(node, ReleaseMessage([request_id]))
