@@ -167,6 +167,16 @@ class NodeCore:
     def schedule_step(self, now: float) -> StepPlan | None:
         return self.engine.schedule_step(now)
 
+    def queue_step(self, now: float, scheduler_output: Any) -> StepPlan | None:
+        """Queue a step scheduled outside `schedule_step` (the steady-decode
+        paths' admission step, engine/steady_step.py) as `schedule_step` does."""
+        return self.engine.queue_step(now, scheduler_output)
+
+    @property
+    def current_step(self) -> int:
+        """The index of the last step the scheduler scheduled."""
+        return self.scheduler.current_step
+
     def oldest(self) -> StepPlan | None:
         return self.engine.oldest()
 

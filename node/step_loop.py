@@ -100,6 +100,17 @@ class StepLoop:
         self.alive = False
 
     # -- the loop ---------------------------------------------------------------
+    def submit(self, plan: StepPlan) -> None:
+        """Send a step scheduled outside the loop's own pass (the steady-decode
+        fast-forward's admission step) to the executor, as the loop does."""
+        self._submit(plan)
+
+    def resume(self) -> None:
+        """A fast-forward's last step is back: the loop schedules on."""
+        self.forwarding = False
+        if self.alive:
+            self._kick()
+
     def _kick(self) -> None:
         self._kick_pending = False
         if not self.alive:

@@ -68,6 +68,7 @@ class Proxy:
         self.requests: dict[str, ProxiedRequest] = {}  # in flight
         self.failures: dict[str, str] = {}  # request id -> why it finished with "error"
         self.rerouted: dict[str, int] = {}  # request id -> times re-routed to a live decode node
+        self.routed: dict[str, int] = dict.fromkeys(self.outstanding, 0)  # node -> requests sent there
         self.events_rejected = 0  # node events about requests not routed to that node
         self.requests_aborted = 0  # requests whose client went away
         # Prefix-aware routing's memory per pool (kept when routers are rebuilt).
@@ -139,6 +140,7 @@ class Proxy:
             node = router.pick()
         req.node, req.phase, req.counted = node, role, True
         self.outstanding[node] += 1
+        self.routed[node] += 1
         if event and self._log is not None:
             self._log(event, req.request_id, node, *([prompt_extra] if event == "reroute" else []))
         message = RequestMessage(

@@ -173,7 +173,7 @@ class SteadyDecodeForwarder:
         ids = batch.ids
         finished = advance(core, batch, per_step, finishing, m, times, durations, sizes, contexts)
         if node.loop.keep_timings:
-            first_index = core.scheduler.current_step - m + 1
+            first_index = core.current_step - m + 1
             timings = node.loop.timings
             for j in range(m):
                 timings.append(StepTiming(first_index + j, times[j], durations[j], runs[j], times[j + 1]))
@@ -244,14 +244,12 @@ class SteadyDecodeForwarder:
         if fits < 1:
             return False
         now = self.loop.now()
-        plan = core.engine.queue_step(now, schedule_with_steady(core, batch, per_step))
+        plan = core.queue_step(now, schedule_with_steady(core, batch, per_step))
         assert plan is not None  # the step has tokens
         self.admission_steps += 1
-        self.node.loop._submit(plan)
+        self.node.loop.submit(plan)
         return True
 
     def _resume(self) -> None:
         """The last forwarded step is back: the node schedules on."""
-        self.node.loop.forwarding = False
-        if self.node.alive:
-            self.node.loop._kick()
+        self.node.loop.resume()

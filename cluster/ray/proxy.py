@@ -244,6 +244,7 @@ class ProxyActor:
             stats.update(
                 proxy_messages_in=self.server.messages_in,
                 outstanding=dict(router.outstanding),
+                routed=dict(router.routed),
                 failures=dict(router.failures),
                 rerouted=dict(router.rerouted),
                 events_rejected=router.events_rejected,

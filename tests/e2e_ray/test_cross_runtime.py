@@ -112,3 +112,33 @@ def test_a_kv_outage_costs_the_same_retries_timeouts_and_failures_in_both(ray_cl
     producer = {"kv_done_reports": 0, "kv_failed_done_reports": 0, "kv_late_done_reports": 0, "kv_hold_timeouts": n}
     assert {k: inproc.node_counters["prefill-0"][k] for k in PRODUCER_KEYS} == producer
     assert {k: ray.node_counters["prefill-0"][k] for k in PRODUCER_KEYS} == producer
+
+
+def test_the_proxy_routes_and_reroutes_alike_in_both_runtimes(ray_cluster):
+    # One prefill node finishes every prompt in one step, so its outputs reach
+    # the proxy in one batch, in order: least-loaded routing over three decode
+    # nodes is then fixed by the requests alone. decode-1 dies while every
+    # request decodes (first tokens by ~0.11 s of model time, the first finish
+    # at ~1.1 s; at time_scale 1 the kill at 0.6 s lies far from both): its
+    # requests move to the least loaded live nodes, their prompts are released
+    # at the prefill node, and their streams go on exactly.
+    from cluster.inproc import InProcCluster
+
+    spec = make_spec(
+        time_scale=1.0,
+        prefill={"count": 1, "engine": {"num_gpu_blocks": 2000}},
+        decode={"count": 3, "engine": {"num_gpu_blocks": 1000}},
+        routing="least_loaded",
+    )
+    wl = workload(15, 64, 120)
+    cluster = InProcCluster(spec, seed=4)
+    cluster.submit(wl)
+    cluster.kill_node_at("decode-1", 0.6)
+    inproc = cluster.run()
+    ray = run_ray(spec, wl, seed=4, handle=ray_cluster, faults=[{"kill": "decode-1", "at": 0.6}], timeout_s=90)
+    assert per_request(inproc) == per_request(ray)
+    assert {r.finish_reason for r in inproc.requests} == {"length"}
+    assert inproc.extra["rerouted"] == ray.extra["rerouted"] == {f"r{i:03d}": 1 for i in range(1, 15, 3)}
+    assert inproc.extra["failures"] == ray.extra["failures"] == {}
+    # Every request once to prefill-0 and to a decode node, decode-1's five twice.
+    assert cluster.proxy.routed == ray.extra["routed"] == {"prefill-0": 15, "decode-0": 8, "decode-1": 5, "decode-2": 7}

@@ -1,7 +1,9 @@
 """The layout's rules, checked on the source: dependencies point one way
-(engine <- connector <- node <- roles <- cluster <- bench), the two roles
-never import each other, the roles and the shared node package do no I/O,
-and both runtimes run the very same role classes."""
+(engine <- connector <- node <- the three roles <- cluster <- bench), the
+node roles never import each other nor the proxy, only the runtimes and what
+users touch import the proxy, `cluster` never imports `bench`, the roles,
+the proxy and the shared node package do no I/O, and both runtimes run the
+very same role classes."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from prefill_node.node import PrefillNode
 from tests.e2e_ray.conftest import make_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-FIRST_PARTY = {"engine", "connector", "node", "prefill_node", "decode_node", "cluster", "bench", "protos"}
+FIRST_PARTY = {"engine", "connector", "node", "prefill_node", "decode_node", "proxy", "cluster", "bench", "protos"}
 IO_MODULES = {"asyncio", "socket", "threading", "grpc", "ray", "time", "subprocess", "selectors"}
 
 # package -> first-party packages it may import
@@ -27,6 +29,10 @@ ALLOWED = {
     "node": {"engine", "connector", "node"},
     "prefill_node": {"engine", "connector", "node", "prefill_node"},
     "decode_node": {"engine", "connector", "node", "decode_node"},
+    # The proxy speaks to nodes in node messages only: no KV connector, no node role.
+    "proxy": {"engine", "node", "proxy"},
+    # The runtimes drive everything below them and never reach up into `bench`.
+    "cluster": {"engine", "connector", "node", "prefill_node", "decode_node", "proxy", "cluster", "protos"},
 }
 
 
@@ -53,7 +59,7 @@ def test_dependencies_point_one_way(package):
         assert not above, f"{module} imports {sorted(above)}"
 
 
-@pytest.mark.parametrize("package", ["engine", "node", "prefill_node", "decode_node"])
+@pytest.mark.parametrize("package", ["engine", "node", "prefill_node", "decode_node", "proxy"])
 def test_the_engine_the_roles_and_the_node_package_do_no_io(package):
     for module, names in imports_of(package).items():
         assert not names & IO_MODULES, f"{module} imports {sorted(names & IO_MODULES)}"
