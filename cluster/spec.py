@@ -390,8 +390,9 @@ class ClusterSpec(_Strict):
             prompt_hashes=self.prompt_hashes,
         )
 
-    def node_specs(self) -> list[tuple[str, NodeSpec, NodeGroup]]:
-        """(role, spec, group) for every node: prefill-0.., decode-0.."""
+    def node_specs(self, run_seed: int = 0) -> list[tuple[str, NodeSpec, NodeGroup]]:
+        """(role, spec, group) for every node: prefill-0.., decode-0..; the
+        nodes of run `run_seed` sample with the sampler's seed + `run_seed`."""
         out = []
         disagg = self.disaggregated
         for role, group, kv_role in (("prefill", self.prefill, "kv_producer"), ("decode", self.decode, "kv_consumer")):
@@ -407,7 +408,7 @@ class ClusterSpec(_Strict):
                             cache=CacheConfig(e.num_gpu_blocks, e.block_size, e.enable_prefix_caching),
                             pipeline_parallel_size=group.pp_size,
                             kv_load_failure_policy=e.kv_load_failure_policy,
-                            sampler_seed=self.sampler.seed,
+                            sampler_seed=self.sampler.seed + run_seed,
                             stop_probability=self.sampler.stop_probability,
                             shadow_kv=self.shadow_kv,
                             engine=e.engine,

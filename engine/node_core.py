@@ -26,7 +26,7 @@ from .shadow_kv import ShadowKVStore
 from .v0.node_setup import create_v0_scheduler
 
 
-@dataclass
+@dataclass(frozen=True)
 class NodeSpec:
     """Everything that defines a node; validated by the engine configs."""
 

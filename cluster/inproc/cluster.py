@@ -94,8 +94,7 @@ class InProcCluster:
         self.driver = LoadDriver(self.loop, self.proxy, self.client)
         self._specs: dict[str, tuple[str, NodeSpec, NodeGroup]] = {}
         self.restarts: dict[str, int] = {}
-        for role, node_spec, group in spec.node_specs():
-            node_spec.sampler_seed = spec.sampler.seed + seed
+        for role, node_spec, group in spec.node_specs(seed):
             self._specs[node_spec.name] = (role, node_spec, group)
             node = self._build_node(role, node_spec, group)
             (self.prefill_nodes if role == "prefill" else self.decode_nodes).append(node)

@@ -195,8 +195,7 @@ class _RayRun:
 
     def launch(self) -> None:
         resources = self.handle.cluster_resources()
-        for index, (role, node_spec, _) in enumerate(self.spec.node_specs()):
-            node_spec.sampler_seed = self.spec.sampler.seed + self.seed
+        for index, (role, node_spec, _) in enumerate(self.spec.node_specs(self.seed)):
             actor_name = f"{self.name}-{node_spec.name}"
             options = {"name": actor_name, **node_actor_options(role, resources)}
             if role == "prefill":
