@@ -242,6 +242,9 @@ class Proxy:
         """Hand every open token run to the client (at the end of a run)."""
         self._runs.close_all()
 
+    def reject_events(self, n: int) -> None:
+        self.events_rejected += n
+
     def first_scheduled(self, req: ProxiedRequest, time: float | None) -> None:
         if time is not None:
             req.sched_sent = True

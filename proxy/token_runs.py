@@ -21,16 +21,30 @@ the run first.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
+from .client import ClientPort
 from .requests import ProxiedRequest
-
-if TYPE_CHECKING:
-    from .proxy import Proxy
 
 # The node's first scheduled time of a request it names (None: not known).
 FirstScheduled = Callable[[str], float | None]
+
+
+class RunsHost(Protocol):
+    """What the runs read and tell of the proxy that keeps them (`Proxy`)."""
+
+    @property
+    def requests(self) -> Mapping[str, ProxiedRequest]: ...  # in flight
+
+    @property
+    def client(self) -> ClientPort: ...
+
+    def reject_events(self, n: int) -> None:
+        """`n` outputs named a request not routed to the node that sent them."""
+        ...
+
+    def first_scheduled(self, req: ProxiedRequest, time: float | None) -> None: ...
 
 
 class _NodeRuns:
@@ -46,7 +60,7 @@ class _NodeRuns:
 
 
 class TokenRuns:
-    def __init__(self, proxy: Proxy) -> None:
+    def __init__(self, proxy: RunsHost) -> None:
         self.proxy = proxy
         self._nodes: dict[str, _NodeRuns] = {}
         self._node_of_run: dict[str, _NodeRuns] = {}  # request id -> the node its open run is on
@@ -107,7 +121,7 @@ class TokenRuns:
             return
         n = m if finishing is None else finishing.get(rid, m)
         if req.node != node:
-            proxy.events_rejected += n
+            proxy.reject_events(n)
             return
         if not req.sched_sent:
             proxy.first_scheduled(req, first_scheduled(rid))
