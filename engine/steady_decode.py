@@ -35,10 +35,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .cost_model import StepShape
+from .free_path import free_request
 from .outputs import EngineCoreOutput
 from .records import StepRecord
 from .request import Request
 from .scheduler import Scheduler
+from .scheduler_state import SchedulerState
 from .steady_caching import SteadyCaching
 from .steady_cohort import SteadyCohort, sync
 from .steady_shadow import ShadowLag
@@ -195,7 +197,7 @@ def block_plan(core: NodeCore, batch: SteadyBatch, m: int) -> tuple[list[list[Re
 
 
 def finish_at_cap(
-    s: Scheduler, r: Request, k: int, token_at: Callable[[str, int], int], stopped: set[Request]
+    s: SchedulerState, r: Request, k: int, token_at: Callable[[str, int], int], stopped: set[Request]
 ) -> EngineCoreOutput:
     """`update_from_output` for a steady request's next `k` tokens, the
     last of which reaches its length cap: the others stay unsampled (drawn
@@ -206,7 +208,7 @@ def finish_at_cap(
     token = token_at(r.request_id, r.num_tokens)
     r.append_output_token_ids(token)
     assert check_stop(r, s.max_model_len), f"{r.request_id} was expected to finish after {k} more tokens"
-    kv_transfer_params = s._free_request(r)
+    kv_transfer_params = free_request(s, r)
     stopped.add(r)
     s.steady_cohort.leave(r)  # type: ignore[union-attr]  # a steady request is a member
     return EngineCoreOutput(
