@@ -55,7 +55,8 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
     `SteadyPart` (`SchedulerOutput.steady`) instead of per-request entries;
     `total_num_scheduled_tokens` counts them. The model runner and
     `update_from_output` apply the rest."""
-    s: Scheduler = core.scheduler
+    s = core.scheduler
+    assert isinstance(s, Scheduler)  # the steady paths are v1's
     kvm = s.kv_cache_manager
     pool = kvm.block_pool
     s.current_step += 1
