@@ -60,7 +60,7 @@ class BulkPart:
 
     def update(
         self, s: SchedulerState, stopped_running: set[Request], stopped_preempted: set[Request], failed: set[str]
-    ) -> list:
+    ) -> list[EngineCoreOutput | SteadyTokens]:
         """`update_from_output` for these requests, in running order: what its
         per-request loop does with one sampled token each (the token drawn
         here: the runner samples `token_at(request, start + 1)` on the plain
@@ -80,7 +80,7 @@ class BulkPart:
         num_cached_block = kvm.num_cached_block
         block_size = s.block_size
         ids: list[str] = []
-        finished: list[EngineCoreOutput] = []
+        finished: list[EngineCoreOutput | SteadyTokens] = []
         running = RequestStatus.RUNNING
         taking: list[Request] = []
         stale: list[bool] = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from . import fast_paths
 from .bulk_step import BulkPart
@@ -82,7 +82,7 @@ class _CpuShadow:
 
     def __init__(self, shadow: ShadowKVStore) -> None:
         self.shadow = shadow
-        self.slots: dict[int, list | None] = {}
+        self.slots: dict[int, list[Any] | None] = {}
 
     def swap_out(self, mapping: list[tuple[int, int]]) -> None:
         for gpu, cpu in mapping:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .block_hash import update_block_hashes
 from .config import CacheConfig, KVTransferConfig, ParallelConfig, SchedulerConfig, VllmConfig
@@ -17,7 +18,7 @@ from .engine_core import EngineCore
 from .kv_cache_manager import KVCacheManager
 from .kv_connector.pd_connector import PDConnector
 from .model_runner import SimModelRunner, StepPlan, SwapMappings
-from .outputs import EngineCoreOutput, KVConnectorOutput, ModelRunnerOutput, SchedulerOutput
+from .outputs import EngineCoreOutput, KVConnectorOutput, ModelRunnerOutput, SchedulerOutput, SteadyTokens
 from .records import StepRecord
 from .request import Request
 from .sampler import DeterministicSampler
@@ -182,7 +183,7 @@ class NodeCore:
             mro.sampled_token_ids = tokens
         return mro
 
-    def process_oldest(self, model_runner_output: ModelRunnerOutput) -> list[EngineCoreOutput]:
+    def process_oldest(self, model_runner_output: ModelRunnerOutput) -> list[EngineCoreOutput | SteadyTokens]:
         return self.engine.process_oldest(model_runner_output)
 
     def register_load(self, request_id: str, block_ids: list[int]) -> None:
@@ -243,7 +244,7 @@ class NodeCore:
             "batches_in_flight": self.batches_in_flight,
         }
 
-    def shadow_violations(self) -> list[dict]:
+    def shadow_violations(self) -> list[dict[str, Any]]:
         return [{"node": self.name, **v.to_dict()} for v in self.shadow.violations] if self.shadow else []
 
     # -- worker-side KV completions ------------------------------------------
@@ -289,7 +290,7 @@ class NodeCore:
             self.shadow.write(request_id, table, first_block_index * bs, num_tokens, now)
 
     # -- reporting -------------------------------------------------------------
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         c = dict(self.scheduler.get_counters())
         c["kv_corruptions_detected"] = self.shadow.num_corruptions if self.shadow else 0
         if self.shadow is not None:

@@ -46,6 +46,7 @@ from .steady_shadow import ShadowLag
 from .stop_checker import check_stop
 
 if TYPE_CHECKING:
+    from .block_pool import KVCacheBlock
     from .node_core import NodeCore
 
 
@@ -223,7 +224,7 @@ def advance(
     want_from = [0] * (m + 2)  # blocks from step j up to the next step with frees (inclusive)
     for k in range(m, 0, -1):
         want_from[k] = len(per_step[k]) + (0 if finishing[k] else want_from[k + 1])
-    taken: list = []
+    taken: list[KVCacheBlock] = []
     free = pool.get_num_free_blocks()
     # The shadow store hears of new owners once per run of steps up to a
     # finish: between two finishes nothing else reaches it.

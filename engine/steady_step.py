@@ -41,7 +41,7 @@ class SteadyPart:
 
     def update(
         self, s: SchedulerState, stopped_running: set[Request], stopped_preempted: set[Request], failed: set[str]
-    ) -> list:
+    ) -> list[EngineCoreOutput | SteadyTokens]:
         """`update_from_output` for these requests (`update_steady`; none of
         them can be preempted or have a failed KV load: both are plain steps)."""
         return update_steady(s, self, stopped_running)
@@ -89,7 +89,9 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
     return so
 
 
-def update_steady(s: SchedulerState, part: SteadyPart, stopped_running: set[Request]) -> list:
+def update_steady(
+    s: SchedulerState, part: SteadyPart, stopped_running: set[Request]
+) -> list[EngineCoreOutput | SteadyTokens]:
     """`update_from_output` for the steady requests of a step, in running
     order: one token each; a request reaching its length cap in this step
     gets its sampled token, stops and is freed there, as on the plain path
@@ -104,7 +106,9 @@ def update_steady(s: SchedulerState, part: SteadyPart, stopped_running: set[Requ
     return [SteadyTokens(part.batch.ids)]
 
 
-def _update_with_finishes(s: SchedulerState, part: SteadyPart, stopped_running: set[Request]) -> list:
+def _update_with_finishes(
+    s: SchedulerState, part: SteadyPart, stopped_running: set[Request]
+) -> list[EngineCoreOutput | SteadyTokens]:
     """`update_steady` when a request finishes in the step, or one was
     finished from outside while the step was in flight (an abort applied
     before this update, `EngineCore.process_oldest`): as on the plain path,
@@ -130,7 +134,7 @@ def _update_with_finishes(s: SchedulerState, part: SteadyPart, stopped_running: 
                 stopping.append(r)
             else:
                 ids.append(r.request_id)
-    finished: list[EngineCoreOutput] = []
+    finished: list[EngineCoreOutput | SteadyTokens] = []
     for r in stopping:
         cohort.settle_one(s, r)  # as scheduled: its token in flight
         r.num_in_flight_tokens -= 1

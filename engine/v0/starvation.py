@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.v0.sequence import SequenceGroup, SequenceStatus
 
@@ -73,7 +73,7 @@ class StarvationCounters:
     swap_priority_waiting: int = 0
     swap_priority_bypassable: int = 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -161,7 +161,7 @@ def record_reinsertions(
         c.recompute_overtaken_earlier_arrivals += sum(1 for g in waiting if g.arrival_time < v.arrival_time)
 
 
-def diagnose(counters: StarvationCounters | dict) -> tuple[str, str]:
+def diagnose(counters: StarvationCounters | dict[str, Any]) -> tuple[str, str]:
     """(dominant path, explanation) from the counters alone. The path is one of
     "head-of-line", "preempt-reinsert", "swap-priority" or "none"."""
     c = counters if isinstance(counters, StarvationCounters) else StarvationCounters(**counters)
