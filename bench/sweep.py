@@ -246,7 +246,7 @@ def scenario_config(scenario: Scenario, variant: str, runtime: str) -> dict:
     """What a results JSON needs to re-run its scenario exactly: the resolved
     document (after --set), where it came from (relative trace paths resolve
     against it), the overrides and this variant's settings."""
-    config = {
+    config: dict[str, Any] = {
         "source": str(Path(scenario.source).resolve()),
         "document": scenario.raw,
         "overrides": scenario.overrides,
