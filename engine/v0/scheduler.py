@@ -243,6 +243,21 @@ class Scheduler:
         assert cfg.max_num_batched_tokens is not None  # resolved by SchedulerConfig.__post_init__
         return min(cfg.max_model_len, cfg.max_num_batched_tokens)
 
+    def _probe_head_of_line(
+        self,
+        head: SequenceGroup,
+        waiting_queue: deque[SequenceGroup],
+        budget: SchedulingBudget,
+        enable_chunking: bool,
+        prompt_limit: int,
+        alloc_later: bool,
+    ) -> None:
+        """Rule 2's starvation probe (engine/v0/starvation.py): what waits behind a blocked head."""
+        behind = islice(waiting_queue, 1, None)
+        probe_head_of_line(
+            self.starvation, self.block_manager, prompt_limit, head, behind, budget, enable_chunking, alloc_later
+        )
+
     def _schedule_prefills(
         self, waiting_queue: deque[SequenceGroup], budget: SchedulingBudget, enable_chunking: bool = False
     ) -> tuple[deque[SequenceGroup], SchedulerPrefillOutputs]:
@@ -263,16 +278,7 @@ class Scheduler:
                 continue
             can_allocate = self.block_manager.can_allocate(seq_group)
             if can_allocate == AllocStatus.LATER:  # rule 2: head-of-line blocking
-                probe_head_of_line(
-                    self.starvation,
-                    self.block_manager,
-                    prompt_limit,
-                    seq_group,
-                    islice(waiting_queue, 1, None),
-                    budget,
-                    enable_chunking,
-                    alloc_later=True,
-                )
+                self._probe_head_of_line(seq_group, waiting_queue, budget, enable_chunking, prompt_limit, True)
                 break
             if can_allocate == AllocStatus.NEVER:
                 logger.warning(format_prompt_exceeds_capacity(num_new_tokens))
@@ -280,16 +286,7 @@ class Scheduler:
                 continue
             num_new_seqs = seq_group.get_max_num_running_seqs()
             if num_new_tokens == 0 or not budget.can_schedule(num_new_tokens=num_new_tokens, num_new_seqs=num_new_seqs):
-                probe_head_of_line(
-                    self.starvation,
-                    self.block_manager,
-                    prompt_limit,
-                    seq_group,
-                    islice(waiting_queue, 1, None),
-                    budget,
-                    enable_chunking,
-                    alloc_later=False,
-                )
+                self._probe_head_of_line(seq_group, waiting_queue, budget, enable_chunking, prompt_limit, False)
                 break
             waiting_queue.popleft()
             allocate_and_set_running(self.block_manager, seq_group)
