@@ -178,6 +178,7 @@ def calibrate(
     fmt = fmt if fmt != "auto" else ("steps" if source.suffix in (".jsonl", ".ndjson") else "bench")
     points = load_step_timings(source, node) if fmt == "steps" else load_bench_serve(source)
     name = name or out.stem
+    model: CostModel | RooflineCostModel
     if kind == "linear":
         model = fit_linear(points, name)
         doc = model.to_dict()

@@ -28,6 +28,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 import yaml
 from rich.console import Console
@@ -44,7 +45,7 @@ RUN_OUTPUTS = ("*__r*.json", "*__r*.steps.jsonl", "v0_report.json", "report.html
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line and exit code 2 (no usage block)."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         print(f"error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
 
@@ -414,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         from .sweep import RunCrashed
 
         crashed = isinstance(exc, RunCrashed)
-        where = _crash_report(exc.error if crashed else exc, getattr(exc, "out_dir", None))
+        where = _crash_report(exc.error if isinstance(exc, RunCrashed) else exc, getattr(exc, "out_dir", None))
         what = str(exc) if crashed else f"{type(exc).__name__}: {exc}"
         print(
             f"error: the simulator failed (a bug, not your input): {one_line(what)}; traceback in {where}",

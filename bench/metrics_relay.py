@@ -57,7 +57,7 @@ class RelayEndpoint:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/metrics"
+        return f"http://{host!s}:{port}/metrics"
 
     def close(self) -> None:
         self._server.shutdown()

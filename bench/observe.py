@@ -18,6 +18,7 @@ import functools
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from engine.records import RequestRecord, StepRecord
 
@@ -89,7 +90,9 @@ class NodeObserver:
     # -- serving ------------------------------------------------------------------
     def start(self, port: int, host: str = "127.0.0.1") -> str:
         self.exporter.start(port, host)
-        return self.exporter.url
+        url = self.exporter.url
+        assert url is not None  # (serving now)
+        return url
 
     @property
     def url(self) -> str | None:
@@ -118,7 +121,7 @@ class NodeObserver:
     def sync_counters(self, counters: Mapping[str, int]) -> None:
         self.exporter.sync_counters(counters)
 
-    def refresh(self, gauges: Mapping[str, float], counters: Mapping[str, int]) -> None:
+    def refresh(self, gauges: Mapping[str, Any], counters: Mapping[str, int]) -> None:
         """The node's state between steps: gauges as `update_gauges` takes
         them, counters as the node reports them."""
         self.exporter.update_gauges(**gauges)

@@ -20,14 +20,11 @@ their runs, not one int each: engine/records.py `TokenIds`).
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, NamedTuple
-
-if TYPE_CHECKING:
-    from .sweep import Sweep
+from typing import NamedTuple
 
 
 @contextmanager
@@ -45,11 +42,14 @@ def worker_pool(jobs: int) -> Iterator[ProcessPoolExecutor | None]:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def runs_in_workers(pool: ProcessPoolExecutor, sweep: Sweep, keys: list[tuple[str, int]]) -> list[Run]:
+def runs_in_workers(
+    pool: ProcessPoolExecutor, finished_run: Callable[[str, int], object], keys: list[tuple[str, int]]
+) -> list[Run]:
     """The runs of `keys`, in that order, handed to the pool's workers, each
-    a `Run` whose future is `Sweep.finished_run`'s (its `result()` raises
-    what the run raised)."""
-    return [Run(v, r, pool.submit(sweep.finished_run, v, r)) for v, r in keys]
+    a `Run` whose future is `finished_run(variant, repeat)`'s (its `result()`
+    raises what the run raised). `finished_run` goes to the workers pickled:
+    a sweep's `Sweep.finished_run`, bound to the sweep it runs."""
+    return [Run(v, r, pool.submit(finished_run, v, r)) for v, r in keys]
 
 
 class Run(NamedTuple):

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -205,7 +206,7 @@ def plot_step_timeseries(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     data = _StepsByNode.of(_as_repeats(steps_by_variant))
-    kw = {"baseline": baseline, "outages": outages}
+    kw: dict[str, Any] = {"baseline": baseline, "outages": outages}
     return [
         _series_plot(
             data, out / "kv_usage.png", "KV cache usage", "fraction of blocks", [("", lambda s: s.kv_usage, "-")], **kw

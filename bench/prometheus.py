@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 
 from engine.records import RequestRecord, StepRecord
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
 
 # vLLM 0.33 vllm/v1/metrics/buckets.py
 REQUEST_LATENCY_BUCKETS = (
@@ -131,7 +135,7 @@ class NodeMetricsExporter:
         self.registry = CollectorRegistry()
         self.labels = {"model_name": model_name, "engine": engine if engine is not None else node_name}
         self.labels.update({name: "" for name in extra_labels})
-        self._server = None
+        self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._totals = {attr: 0 for attr in _COUNTER_FOR_KEY.values()}
         self._deferred_peak = 0
@@ -388,7 +392,7 @@ class NodeMetricsExporter:
         if self._server is not None:
             raise RuntimeError(f"exporter for {self.node_name} already serving on port {self.port}")
         self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
-        return self.port
+        return self._server.server_port  # (`self.port` now)
 
     @property
     def port(self) -> int | None:
@@ -398,7 +402,7 @@ class NodeMetricsExporter:
     def url(self) -> str | None:
         if self._server is None:
             return None
-        return f"http://{self._server.server_address[0]}:{self.port}/metrics"
+        return f"http://{self._server.server_address[0]!s}:{self.port}/metrics"
 
     def stop(self) -> None:
         if self._server is None:

@@ -8,6 +8,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -20,6 +21,9 @@ from .scenario import Scenario
 from .sweep import Sweep, check_jobs, has_v0_node_anywhere
 from .thresholds import evaluate_thresholds
 from .v0_report import v0_report
+
+if TYPE_CHECKING:
+    from .observe import LiveObserver, RayLiveObserver
 
 
 @dataclass
@@ -48,6 +52,7 @@ def _observer_for_run(scenario: Scenario, variants: list[str], runtime: str, met
     names: list[str] = []
     for v in variants:
         names += [spec.name for _, spec, _ in scenario.cluster(v).node_specs() if spec.name not in names]
+    observer: LiveObserver | RayLiveObserver
     try:
         if runtime == "ray":
             from .observe import RayLiveObserver

@@ -205,6 +205,7 @@ class Scenario:
                 if not group.count:
                     continue
                 needed = -(-e.max_model_len // e.block_size)
+                assert isinstance(e.num_gpu_blocks, int)  # ("auto" is resolved when the spec is validated)
                 if e.num_gpu_blocks < needed:
                     raise self._fail(
                         ("cluster", role, "engine", "num_gpu_blocks"),

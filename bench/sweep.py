@@ -17,6 +17,7 @@ from cluster.run_result import RunResult
 
 from .errors import InputError
 from .metrics import compute_metrics
+from .parallel_runs import result_of, runs_in_workers
 from .results import build_result, write_run
 from .scenario import Scenario
 from .v0_report import v0_run_record
@@ -146,9 +147,7 @@ class Sweep:
         repeat)` is told of each in turn. A run that raises ends the sweep as
         `RunCrashed` (bad input as itself)."""
         if pool is not None:
-            from .parallel_runs import result_of, runs_in_workers
-
-            runs = runs_in_workers(pool, replace(self, observer=None, ray_handle=None), keys)
+            runs = runs_in_workers(pool, replace(self, observer=None, ray_handle=None).finished_run, keys)
             for i, run in enumerate(runs):
                 starting(run.variant, run.repeat)
                 yield (
@@ -247,7 +246,7 @@ def scenario_config(scenario: Scenario, variant: str, runtime: str) -> dict:
     """What a results JSON needs to re-run its scenario exactly: the resolved
     document (after --set), where it came from (relative trace paths resolve
     against it), the overrides and this variant's settings."""
-    config = {
+    config: dict[str, Any] = {
         "source": str(Path(scenario.source).resolve()),
         "document": scenario.raw,
         "overrides": scenario.overrides,

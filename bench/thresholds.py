@@ -109,6 +109,7 @@ def _tokenize(text: str) -> list[tuple[str, str, int]]:
             col = pos + (len(text[pos:]) - len(text[pos:].lstrip()))
             raise ThresholdError(_caret(text, col, f"unexpected character {text[col]!r}"))
         kind = m.lastgroup
+        assert kind is not None  # (every alternative of `_TOKEN` is a named group)
         tokens.append((kind, m.group(kind), m.start(kind)))
         pos = m.end()
     tokens.append(("end", "", len(text)))

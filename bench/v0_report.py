@@ -99,7 +99,8 @@ def starvation_counters(result: Mapping[str, Any]) -> StarvationCounters | None:
     fields = [f for f in StarvationCounters.__dataclass_fields__ if f != "head_of_line_blockers"]
     if not all(f"starvation_{f}" in result for f in fields):
         return None
-    return StarvationCounters(**{f: int(result[f"starvation_{f}"]) for f in fields})
+    counts: dict[str, Any] = {f: int(result[f"starvation_{f}"]) for f in fields}
+    return StarvationCounters(**counts)
 
 
 def _engine_settings(spec: ClusterSpec):
@@ -291,7 +292,7 @@ def v0_report(results: Sequence[dict], runs: Mapping[tuple[str, int], Any], scen
         columns.append(_cells(recs, diag))
     for label, key, _ in _ROWS:
         table.add_row(label, *(escape(c[key]) for c in columns))
-    lines = [table]
+    lines: list[Table | str] = [table]
     for variant, entry in data["variants"].items():
         d = entry["diagnosis"]
         if d is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from connector.pull_policy import DoneSession, Failed, Landed, PullSession, Retry
 from connector.transport import DoneReportResult, KVTransport, PullAttempt, PullAttemptResult
@@ -227,7 +228,7 @@ class DecodeNode(NodeRole):
             super().busy() or bool(self._pulls) or bool(self._waiting) or self._reports_in_flight > 0
         )
 
-    def extra_counters(self) -> dict:
+    def extra_counters(self) -> dict[str, Any]:
         c = {
             "kv_pulls_started": self.pulls_started,
             "kv_pulls_completed": self.pulls_completed,

@@ -27,16 +27,14 @@ returns None before changing anything and the plain `schedule()` runs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from .free_path import free_request
 from .kv_cache_manager import KVCacheBlocks
 from .outputs import EngineCoreOutput, SchedulerOutput, SteadyTokens
 from .request import Request, RequestStatus
 from .sampler import DeterministicSampler
+from .scheduler_state import SchedulerState
+from .step_output import output_after_bulk_running, seal, step_begins
 from .stop_checker import check_stop
-
-if TYPE_CHECKING:
-    from .scheduler import Scheduler
 
 
 class BulkPart:
@@ -61,8 +59,8 @@ class BulkPart:
         self.sampler = sampler
 
     def update(
-        self, s: Scheduler, stopped_running: set[Request], stopped_preempted: set[Request], failed: set[str]
-    ) -> list:
+        self, s: SchedulerState, stopped_running: set[Request], stopped_preempted: set[Request], failed: set[str]
+    ) -> list[EngineCoreOutput | SteadyTokens]:
         """`update_from_output` for these requests, in running order: what its
         per-request loop does with one sampled token each (the token drawn
         here: the runner samples `token_at(request, start + 1)` on the plain
@@ -82,7 +80,7 @@ class BulkPart:
         num_cached_block = kvm.num_cached_block
         block_size = s.block_size
         ids: list[str] = []
-        finished: list[EngineCoreOutput] = []
+        finished: list[EngineCoreOutput | SteadyTokens] = []
         running = RequestStatus.RUNNING
         taking: list[Request] = []
         stale: list[bool] = []
@@ -134,7 +132,7 @@ class BulkPart:
                 ids.append(req_id)
                 continue
             finish_reason = request.get_finished_reason()
-            kv_transfer_params = s._free_request(request)
+            kv_transfer_params = free_request(s, request)
             if status_before_stop == running:
                 stopped_running.add(request)
             else:
@@ -150,7 +148,7 @@ class BulkPart:
         return finished
 
 
-def schedule_bulk(s: Scheduler, sampler: DeterministicSampler) -> SchedulerOutput | None:
+def schedule_bulk(s: SchedulerState, sampler: DeterministicSampler) -> SchedulerOutput | None:
     """`Scheduler.schedule()` for a step whose scheduled running requests all
     get one token and whose allocations all fit (the module docstring), or
     None — having changed nothing — when the plain pass is needed."""
@@ -203,7 +201,7 @@ def schedule_bulk(s: Scheduler, sampler: DeterministicSampler) -> SchedulerOutpu
     if b == 0 or b > s.max_num_scheduled_tokens or b > s.scheduler_config.max_num_batched_tokens:
         return None  # nobody to decode, or the budget would end the running pass early
 
-    s._step_begins()
+    step_begins(s)
     num_running, num_waiting = s.get_request_counts()
     long_prefill_threshold = s.scheduler_config.long_prefill_token_threshold if num_running + num_waiting > 1 else 0
     # The allocations, in running order: the plain pass's counted skip when
@@ -230,10 +228,10 @@ def schedule_bulk(s: Scheduler, sampler: DeterministicSampler) -> SchedulerOutpu
                 new_blocks.append((request, block.block_id))
     kvm.num_allocate_slots_calls += skipped_calls
 
-    so = s._output_after_bulk_running(b, long_prefill_threshold)
+    so = output_after_bulk_running(s, b, long_prefill_threshold)
     so.steady = BulkPart(members, starts, new_blocks, (prefill, decode, context, decode_context, pairs), sampler)
-    s._seal(so)  # the step has tokens: it takes the fence's next number
-    # `_update_after_schedule` for the members (one token each: never a
+    seal(s, so)  # the step has tokens: it takes the fence's next number
+    # `update_after_schedule` for the members (one token each: never a
     # partial prefill; with async scheduling, a placeholder each).
     seq = s.sched_step_seq if s.defer_block_free else None
     inflight_prefills = s._inflight_prefills

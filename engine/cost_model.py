@@ -21,8 +21,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
-from .outputs import SchedulerOutput
-
 
 @dataclass(slots=True)
 class StepShape:
@@ -143,19 +141,3 @@ def get_cost_model(name_or_dict: str | dict | StepCostModel) -> StepCostModel:
         f"cost_model={name_or_dict!r} is unknown; allowed: {cost_model_names()} or a mapping "
         "(linear coefficients, or a roofline's model and gpu)"
     )
-
-
-def shape_of(
-    scheduler_output: SchedulerOutput, prompt_lens: dict[str, int], computed_before: dict[str, int]
-) -> StepShape:
-    prefill = decode = context = decode_context = pairs = 0
-    for req_id, n in scheduler_output.num_scheduled_tokens.items():
-        start = computed_before[req_id]
-        if start < prompt_lens[req_id]:
-            prefill += n
-            pairs += n * start + n * (n + 1) // 2
-        else:
-            decode += n
-            decode_context += start + n
-        context += start + n
-    return StepShape(prefill, decode, context, len(scheduler_output.num_scheduled_tokens), decode_context, pairs)

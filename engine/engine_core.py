@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from .model_runner import SimModelRunner, StepPlan
-from .outputs import EngineCoreOutput, EngineCoreOutputs, ModelRunnerOutput, SchedulerOutput
+from .outputs import EngineCoreOutput, EngineCoreOutputs, ModelRunnerOutput, SchedulerOutput, SteadyTokens
 from .records import StepRecord
 from .request import Request, RequestStatus
 
@@ -29,7 +29,7 @@ class EngineScheduler(Protocol):
     legacy v0 scheduler's adapter (`engine.v0.V0SchedulerAdapter`) both provide it."""
 
     def add_request(self, request: Request) -> None: ...
-    def finish_requests(self, request_ids, finished_status: RequestStatus): ...
+    def finish_requests(self, request_ids: list[str], finished_status: RequestStatus) -> object: ...
     def has_requests(self) -> bool: ...
     def schedule(self) -> SchedulerOutput: ...
     def update_from_output(
@@ -152,7 +152,7 @@ class EngineCore:
     def oldest(self) -> StepPlan | None:
         return self.batch_queue[0] if self.batch_queue else None
 
-    def process_oldest(self, model_runner_output: ModelRunnerOutput) -> list[EngineCoreOutput]:
+    def process_oldest(self, model_runner_output: ModelRunnerOutput) -> list[EngineCoreOutput | SteadyTokens]:
         plan = self.batch_queue.popleft()
         while self._to_retire and self._to_retire[0][0] is plan:
             for req_id in self._to_retire.popleft()[1]:

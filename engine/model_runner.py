@@ -13,15 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 from . import fast_paths
 from .bulk_step import BulkPart
 from .cost_model import StepShape
 from .kv_connector.pd_connector import RecvSpec
 from .outputs import KVConnectorOutput, ModelRunnerOutput, SchedulerOutput
+from .request import Request
 from .sampler import DeterministicSampler
 from .shadow_kv import ShadowKVStore
+from .steady_batch import SteadyBatch
 
 
 @dataclass
@@ -30,17 +32,36 @@ class _ReqState:
     block_ids: list[int]
 
 
+class StepEntry(NamedTuple):
+    """One request's share of a step, as the worker saw it when the step was
+    submitted (a tuple: the plain path builds one per scheduled request)."""
+
+    request_id: str
+    block_table: list[int]  # the request's table at submit time (the runner's own list)
+    computed_before: int  # its computed tokens before the step
+    num_tokens: int  # the step's tokens for it
+    samples: bool  # whether the step samples a token for it (not a partial prefill)
+
+
+class SteadyStepPart(Protocol):
+    """What the runner reads of a steady step's part (engine/steady_step.py
+    `SteadyPart`), declared here so the runner imports none of the steady
+    paths' drivers."""
+
+    new_blocks: list[tuple[Request, int]]
+    batch: SteadyBatch
+
+
 @dataclass
 class StepPlan:
     """A submitted step as the worker saw it when it was scheduled."""
 
     scheduler_output: SchedulerOutput
     shape: StepShape
-    # (request id, block table at submit time, computed_before, n, samples)
-    entries: list[tuple[str, list[int], int, int, bool]] = field(default_factory=list)
+    entries: list[StepEntry] = field(default_factory=list)
     # The step's steady-decode requests, handled in bulk (engine/steady_step.py,
     # engine/bulk_step.py).
-    steady: Any = None
+    steady: BulkPart | SteadyStepPart | None = None
     # A bulk step's requests' block tables when it was submitted (with a shadow store).
     bulk_tables: list[list[int]] | None = None
 
@@ -61,7 +82,7 @@ class _CpuShadow:
 
     def __init__(self, shadow: ShadowKVStore) -> None:
         self.shadow = shadow
-        self.slots: dict[int, list | None] = {}
+        self.slots: dict[int, list[Any] | None] = {}
 
     def swap_out(self, mapping: list[tuple[int, int]]) -> None:
         for gpu, cpu in mapping:
@@ -155,7 +176,7 @@ class SimModelRunner:
 
         prefill = decode = context = decode_context = pairs = 0
         partial = so.partial_prefill_req_ids
-        entries: list[tuple[str, list[int], int, int, bool]] = []
+        entries: list[StepEntry] = []
         for req_id, n in so.num_scheduled_tokens.items():
             state = reqs[req_id]
             start = computed_before[req_id]
@@ -166,7 +187,7 @@ class SimModelRunner:
                 decode += n
                 decode_context += start + n
             context += start + n
-            entries.append((req_id, state.block_ids, start, n, req_id not in partial))
+            entries.append(StepEntry(req_id, state.block_ids, start, n, req_id not in partial))
         batch_size = len(entries)
         bulk_tables = None
         if type(steady) is BulkPart:
@@ -221,11 +242,12 @@ class SimModelRunner:
         if plan.bulk_tables is not None:
             # A bulk step's requests first (they lead the running order), as
             # the entries below: a read up to the token, then its write.
-            assert shadow is not None  # the tables are kept only for the store
+            assert shadow is not None and type(steady) is BulkPart  # the tables are kept only for the store
             shadow.decode_each([r.request_id for r in steady.members], plan.bulk_tables, steady.starts, now)
         elif shadow is not None and steady is not None:
             # One decode each, owed: the cohort issues its members' decodes
             # when it settles them (engine/steady_shadow.py).
+            assert not isinstance(steady, BulkPart)  # (with a store, a bulk step keeps its tables)
             lag = steady.batch.cohort.shadow_lag
             assert lag is not None  # made with the store
             lag.steps_done(steady.batch.base + 1, [now])

@@ -15,14 +15,16 @@ from typing import Any
 from .block_hash import update_block_hashes
 from .config import CacheConfig, KVTransferConfig, ParallelConfig, SchedulerConfig, VllmConfig
 from .engine_core import EngineCore
+from .kv_cache_manager import KVCacheManager
 from .kv_connector.pd_connector import PDConnector
-from .model_runner import SimModelRunner, StepPlan
-from .outputs import EngineCoreOutput, KVConnectorOutput, ModelRunnerOutput
+from .model_runner import SimModelRunner, StepPlan, SwapMappings
+from .outputs import EngineCoreOutput, KVConnectorOutput, ModelRunnerOutput, SchedulerOutput, SteadyTokens
 from .records import StepRecord
 from .request import Request
 from .sampler import DeterministicSampler
-from .scheduler import create_scheduler_for
+from .scheduler import Scheduler, create_scheduler_for
 from .shadow_kv import ShadowKVStore
+from .v0.engine_adapter import V0SchedulerAdapter
 from .v0.node_setup import create_v0_scheduler
 
 
@@ -84,10 +86,11 @@ class NodeCore:
         self.is_v0 = spec.engine == "v0"
         # The v1 Scheduler, or the v0 adapter that mirrors the v1 names the
         # node needs (counts, counters, `requests`, `deferred_frees`).
-        self.scheduler: Any
+        self.scheduler: Scheduler | V0SchedulerAdapter
+        swaps: Callable[[SchedulerOutput], SwapMappings] | None = None
         if self.is_v0:
             self.connector = None
-            self.scheduler = create_v0_scheduler(
+            self.scheduler = v0 = create_v0_scheduler(
                 spec.name,
                 spec.kv_role,
                 spec.scheduler,
@@ -97,6 +100,8 @@ class NodeCore:
                 spec.preemption_mode,
             )
             depth = 1  # v0 has no batch queue
+            if spec.num_cpu_blocks:
+                swaps = v0.get_swap_mappings
         else:
             self.connector = PDConnector(ktc, engine_address=spec.address) if ktc else None
             self.scheduler = create_scheduler_for(self.vllm_config, self.connector)
@@ -117,7 +122,6 @@ class NodeCore:
             if spec.shadow_kv
             else None
         )
-        swaps = self.scheduler.get_swap_mappings if self.is_v0 and spec.num_cpu_blocks else None
         self.runner = SimModelRunner(
             self.sampler,
             self.shadow,
@@ -189,7 +193,7 @@ class NodeCore:
             mro.sampled_token_ids = tokens
         return mro
 
-    def process_oldest(self, model_runner_output: ModelRunnerOutput) -> list[EngineCoreOutput]:
+    def process_oldest(self, model_runner_output: ModelRunnerOutput) -> list[EngineCoreOutput | SteadyTokens]:
         return self.engine.process_oldest(model_runner_output)
 
     def register_load(self, request_id: str, block_ids: list[int]) -> None:
@@ -228,7 +232,9 @@ class NodeCore:
             return None
         prompt_len = request.num_prompt_tokens
         n_blocks = -(-prompt_len // self.block_size)
-        return self.scheduler.kv_cache_manager.get_block_ids(request_id)[:n_blocks], prompt_len
+        kvm = self.scheduler.kv_cache_manager
+        assert isinstance(kvm, KVCacheManager)  # v0 holds no finished request's blocks
+        return kvm.get_block_ids(request_id)[:n_blocks], prompt_len
 
     @property
     def block_size(self) -> int:
@@ -248,7 +254,7 @@ class NodeCore:
             "batches_in_flight": self.batches_in_flight,
         }
 
-    def shadow_violations(self) -> list[dict]:
+    def shadow_violations(self) -> list[dict[str, Any]]:
         return [{"node": self.name, **v.to_dict()} for v in self.shadow.violations] if self.shadow else []
 
     # -- worker-side KV completions ------------------------------------------
@@ -294,7 +300,7 @@ class NodeCore:
             self.shadow.write(request_id, table, first_block_index * bs, num_tokens, now)
 
     # -- reporting -------------------------------------------------------------
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         c = dict(self.scheduler.get_counters())
         c["kv_corruptions_detected"] = self.shadow.num_corruptions if self.shadow else 0
         if self.shadow is not None:
@@ -305,7 +311,7 @@ class NodeCore:
         """A node at the end of a run: blocks conserved, no double free,
         nothing held, nothing deferred, the pool fully free."""
         errors: list[str] = []
-        if not self.is_v0:
+        if isinstance(self.scheduler, Scheduler):  # (not v0)
             self.scheduler.settle_steady()
         try:
             self.check_block_conservation()
@@ -326,7 +332,7 @@ class NodeCore:
         return errors
 
     def check_block_conservation(self) -> None:
-        if self.is_v0:
+        if isinstance(self.scheduler, V0SchedulerAdapter):  # (self.is_v0)
             self.scheduler.check_block_conservation(self.name)
             return
         pool = self.scheduler.kv_cache_manager.block_pool

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, final
 
 
 @dataclass(slots=True)
@@ -93,10 +93,11 @@ class EngineCoreOutput:
 
 @dataclass
 class EngineCoreOutputs:
-    outputs: list[EngineCoreOutput] = field(default_factory=list)
+    outputs: list[EngineCoreOutput | SteadyTokens] = field(default_factory=list)
     finished_requests: set[str] = field(default_factory=set)
 
 
+@final  # (so that `type(o) is SteadyTokens` tells the rest apart for mypy)
 class SteadyTokens:
     """One token for each of `request_ids` in one step, its next output
     (engine/steady_decode.py): what a step's one-token outputs of steady

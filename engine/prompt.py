@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
-from typing import overload
+from typing import Any, overload
 
 _MASK = (1 << 64) - 1
 # Prompt token ids are drawn from a vocabulary of this size.
@@ -65,7 +65,7 @@ class PromptTokens(Sequence[int]):
         prompt._len = int(length)
         return prompt
 
-    def __getattr__(self, attr: str):
+    def __getattr__(self, attr: str) -> Any:
         # Only for slots never set: a `unique` prompt's segments, on first read.
         if attr == "segments":
             try:
@@ -94,7 +94,7 @@ class PromptTokens(Sequence[int]):
     def __getitem__(self, index: int) -> int: ...
     @overload
     def __getitem__(self, index: slice) -> list[int]: ...
-    def __getitem__(self, index):
+    def __getitem__(self, index: int | slice) -> int | list[int]:
         if isinstance(index, slice):
             return [self._token(p) for p in range(*index.indices(self._len))]
         if index < 0:
@@ -108,7 +108,7 @@ class PromptTokens(Sequence[int]):
         `(key, start, end - start)`), else None."""
         return self.segments[0][0] if len(self._starts) == 1 else None
 
-    def block_key(self, start: int, end: int) -> tuple:
+    def block_key(self, start: int, end: int) -> tuple[Any, ...]:
         """What stands for the tokens [start, end) when hashing a block."""
         i = bisect_right(self._starts, start) - 1
         parts = []

@@ -109,7 +109,7 @@ class TokenIds(Sequence[int]):
     def __getitem__(self, i: int) -> int: ...
     @overload
     def __getitem__(self, i: slice) -> list[int]: ...
-    def __getitem__(self, i):
+    def __getitem__(self, i: int | slice) -> int | list[int]:
         return self._ids()[i]
 
     def __iter__(self) -> Iterator[int]:
@@ -134,14 +134,14 @@ class TokenIds(Sequence[int]):
     def __copy__(self) -> list[int]:
         return list(self._ids())
 
-    def __deepcopy__(self, memo: dict) -> list[int]:
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[int]:
         return list(self._ids())
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[[list[Any], int, Any], TokenIds], tuple[list[Any], int, Any]]:
         return (_restore_token_ids, (self._pieces, self._len, self._source))
 
 
-def _restore_token_ids(pieces: list[Any], length: int, source) -> TokenIds:
+def _restore_token_ids(pieces: list[Any], length: int, source: Any) -> TokenIds:
     ids = TokenIds()
     ids._pieces, ids._len, ids._source = pieces, length, source
     return ids
@@ -190,7 +190,7 @@ class RequestRecord:
     def succeeded(self) -> bool:
         return self.finish_reason in ("stop", "length") and bool(self.token_times)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -226,7 +226,7 @@ class StepRecord:
         usable = self.num_total_blocks
         return 0.0 if usable == 0 else 1.0 - self.num_free_blocks / usable
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         # Every field is a plain scalar: read them directly. (`dataclasses.asdict`
         # deep-copies each value; for the ~60,000 steps of a 10,000-request run
         # that took longer than the run itself, benchmarks/cli_speed.py.)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from .request import Request
 
 
-class FCFSRequestQueue(deque):
+class FCFSRequestQueue(deque[Request]):
     def add_request(self, request: Request) -> None:
         self.append(request)
 

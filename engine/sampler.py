@@ -80,7 +80,8 @@ class DeterministicSampler:
         np = _numpy_constants()[0]
         bases_of, base = self._bases, self._base
         bases = np.array([b if (b := bases_of.get(r)) is not None else base(r) for r in request_ids], dtype=np.uint64)
-        return self._numpy_tokens(bases, np.array(positions, dtype=np.uint64)).tolist()
+        tokens: list[int] = self._numpy_tokens(bases, np.array(positions, dtype=np.uint64)).tolist()
+        return tokens
 
     def _numpy_tokens(self, bases: Any, positions: Any) -> Any:
         """`token_at`'s splitmix64 steps on uint64 arrays (broadcast), wrapping
@@ -110,7 +111,7 @@ class DeterministicSampler:
 
 
 @cache
-def _numpy_constants() -> tuple:
+def _numpy_constants() -> tuple[Any, ...]:
     """numpy and `token_at`'s constants as uint64 scalars, for
     `token_windows` (imported on first use: most processes never need it)."""
     import numpy as np

@@ -3,96 +3,32 @@
 deferred block-free fence and a switch between the cascade fix (PR #49675)
 and the pre-fix retry.
 
-The waiting-queue pass lives in `waiting_pass.py`; a step's `SchedulerOutput`
-and the bookkeeping once it is scheduled in `step_output.py`; output
-processing, frees and the fence drain in `output_processor.py`; this module
-builds steps.
+The scheduler is its state (scheduler_state.py) plus vLLM's methods; the
+passes are functions over that state in their own modules: the waiting-queue
+pass in `waiting_pass.py`; a step's `SchedulerOutput` and the bookkeeping once
+it is scheduled in `step_output.py`; output processing, finishes and aborts
+in `output_processor.py`; frees and the fence in `free_path.py`. This module
+builds steps (the running pass) and answers the engine loop.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Iterable
 
-from . import fast_paths
+from . import fast_paths, output_processor
 from .bulk_step import schedule_bulk
 from .config import VllmConfig
-from .counters import SchedulerCounters
-from .kv_cache_manager import NO_NEW_BLOCKS, KVCacheBlocks, KVCacheManager, cdiv
+from .free_path import free_request_blocks
+from .kv_cache_manager import NO_NEW_BLOCKS, KVCacheBlocks, cdiv
 from .kv_connector.base import KVConnectorBase
-from .output_processor import OutputProcessorMixin
-from .outputs import SchedulerOutput
+from .outputs import EngineCoreOutputs, ModelRunnerOutput, SchedulerOutput
 from .request import Request, RequestStatus
-from .request_queue import create_request_queue
-from .sampler import DeterministicSampler
-from .steady_cohort import SteadyCohort
-from .step_output import StepOutputMixin
-from .waiting_pass import WaitingPassMixin
+from .scheduler_state import SchedulerState
+from .step_output import make_scheduler_output, seal, step_begins
+from .waiting_pass import schedule_waiting
 
 
-class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
-    # Whether a scheduled decode adds an output placeholder (AsyncScheduler).
-    adds_output_placeholders = False
-
-    def __init__(self, vllm_config: VllmConfig, connector: KVConnectorBase | None = None) -> None:
-        self.vllm_config = vllm_config
-        sc = self.scheduler_config = vllm_config.scheduler_config
-        cc = vllm_config.cache_config
-        self.policy = sc.policy
-        self.max_model_len = sc.max_model_len
-        self.max_num_running_reqs = sc.max_num_seqs
-        self.max_num_active_reqs = sc.max_num_seqs
-        self.max_num_scheduled_tokens = sc.max_num_batched_tokens
-        self.block_size = cc.block_size
-        self.scheduler_reserve_full_isl = sc.scheduler_reserve_full_isl
-        self.prefix_guard = sc.preemption_guard == "prefix"
-        self.num_lookahead_tokens = 0
-
-        self.kv_cache_manager = KVCacheManager(
-            cc.num_gpu_blocks, cc.block_size, sc.max_model_len, sc.watermark, cc.enable_prefix_caching
-        )
-        self.connector = connector
-        ktc = vllm_config.kv_transfer_config
-        if connector is not None and ktc is None:
-            raise ValueError("a KV connector needs a kv_transfer_config (its kv_role decides the fence gate)")
-
-        # The fence gate (sched.py:189-195): a consumer-capable connector and
-        # overlapping batches. A config value other than None forces it.
-        gate = ktc is not None and ktc.is_kv_consumer and vllm_config.max_concurrent_batches > 1
-        self.defer_block_free = gate if sc.defer_block_free is None else sc.defer_block_free
-        self.requires_kv_delivery = connector.requires_kv_delivery if connector is not None else False
-        self.recompute_kv_load_failures = ktc is None or ktc.kv_load_failure_policy == "recompute"
-
-        self.requests: dict[str, Request] = {}
-        self.running: list[Request] = []
-        self.waiting = create_request_queue(self.policy)
-        self.kv_holding_waiting = create_request_queue(self.policy)
-        self.deferred_waiting: set[Request] = set()
-        self._inflight_prefills: set[Request] = set()
-        self.finished_req_ids: set[str] = set()
-        self.reset_preempted_req_ids: set[str] = set()
-        self.finished_recving_kv_req_ids: set[str] = set()
-        self.failed_recving_kv_req_ids: set[str] = set()
-
-        # The fence (sched.py:466-476).
-        self.sched_step_seq = 0
-        self.processed_step_seq = 0
-        self.deferred_frees: deque[tuple[int, list]] = deque()
-
-        self.prefill_capacity_bound = False
-        self.current_step = 0
-        # Bumped by every plain `schedule()`: the steady-decode cohort of an
-        # older epoch is stale (engine/steady_cohort.py). Only a plain step
-        # can undo the cohort's checks of a running request.
-        self.steady_epoch = 0
-        self.steady_cohort: SteadyCohort | None = None
-        # Set by the in-process runtime while it runs a batch (its proxy
-        # reads `SteadyTokens`): `update_from_output` then gives a step's
-        # one-token outputs that finish nothing as one object.
-        self.bulk_token_outputs = False
-        # The node's sampler, for those runs' bulk steps (engine/bulk_step.py).
-        self.sampler: DeterministicSampler | None = None
-        self.counters = SchedulerCounters()
-
+class Scheduler(SchedulerState):
     # ------------------------------------------------------------------ queue
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
@@ -107,10 +43,6 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
         if self.connector is not None:
             self.connector.on_new_request(request)
 
-    @staticmethod
-    def _holds_kv_blocks(request: Request) -> bool:
-        return request.num_computed_tokens > 0 or request.status == RequestStatus.WAITING_FOR_REMOTE_KVS
-
     def _enqueue_waiting_request(self, request: Request) -> None:
         if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
             self.deferred_waiting.add(request)
@@ -118,9 +50,6 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
             self.kv_holding_waiting.add_request(request)
         else:
             self.waiting.add_request(request)
-
-    def get_request_counts(self) -> tuple[int, int]:
-        return len(self.running), len(self.waiting) + len(self.kv_holding_waiting)
 
     def get_num_unfinished_requests(self) -> int:
         running, waiting = self.get_request_counts()
@@ -170,19 +99,7 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
         """(preemptions, zero-progress preemptions) so far."""
         return self.counters.num_preemptions, self.counters.num_zero_progress_preemptions
 
-    # ------------------------------------------------------------------ fence
-    def _request_blocks_can_be_freed(self, request: Request) -> bool:
-        """The one predicate shared by the free path and the preemption retry."""
-        return not self.defer_block_free or request.last_sched_seq <= self.processed_step_seq
-
     # --------------------------------------------------------------- schedule
-    def settle_steady(self) -> None:
-        """Write the steady cohort's lazily kept counters (engine/steady_cohort.py)
-        before a path other than the steady ones reads or changes requests."""
-        cohort = self.steady_cohort
-        if cohort is not None and cohort.owed:
-            cohort.settle(self)
-
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         if not (self.running or self.waiting or self.kv_holding_waiting) and fast_paths.enabled():
             return self._schedule_nothing()
@@ -192,7 +109,7 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
             bulk = schedule_bulk(self, self.sampler)
             if bulk is not None:
                 return bulk
-        self._step_begins()
+        step_begins(self)
         scheduled_new_reqs: list[Request] = []
         scheduled_resumed_reqs: list[Request] = []
         scheduled_running_reqs: list[Request] = []
@@ -315,7 +232,8 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
 
         # ---- waiting requests (never after a preemption in this step)
         if not preempted_reqs:
-            token_budget = self._schedule_waiting(
+            token_budget = schedule_waiting(
+                self,
                 token_budget,
                 input_budget,
                 defer_prefills,
@@ -330,7 +248,8 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
         assert total_num_scheduled_tokens <= self.max_num_scheduled_tokens
         assert len(self.running) <= self.max_num_running_reqs
 
-        scheduler_output = self._make_scheduler_output(
+        scheduler_output = make_scheduler_output(
+            self,
             scheduled_new_reqs,
             scheduled_running_reqs,
             scheduled_resumed_reqs,
@@ -338,7 +257,7 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
             num_scheduled_tokens,
             total_num_scheduled_tokens,
         )
-        self._seal(scheduler_output)
+        seal(self, scheduler_output)
         return scheduler_output
 
     def _schedule_nothing(self) -> SchedulerOutput:
@@ -348,10 +267,10 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
         and the done report that frees its held blocks. The step still counts,
         reports the requests finished since the last one, and carries the
         connector's metadata."""
-        self._step_begins()
+        step_begins(self)
         self.prefill_capacity_bound = False  # the waiting pass's verdict: no request waits
-        so = self._make_scheduler_output([], [], [], {}, {}, 0)
-        self._seal(so)
+        so = make_scheduler_output(self, [], [], [], {}, {}, 0)
+        seal(self, so)
         return so
 
     def _preempt_request(self, request: Request, drop_stale_output: bool | None = None) -> None:
@@ -363,7 +282,7 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
         self.counters.num_preemptions += 1
         if not self._request_blocks_can_be_freed(request):
             self.counters.num_zero_progress_preemptions += 1
-        self._free_request_blocks(request)
+        free_request_blocks(self, request)
         self._inflight_prefills.discard(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
@@ -378,36 +297,29 @@ class Scheduler(WaitingPassMixin, OutputProcessorMixin, StepOutputMixin):
         self.waiting.prepend_request(request)
         self.reset_preempted_req_ids.add(request.request_id)
 
-    def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
-        requests = self.requests
-        defer = self.defer_block_free
-        seq = self.sched_step_seq
-        placeholders = self.adds_output_placeholders
-        partial = scheduler_output.partial_prefill_req_ids
-        for req_id, n in scheduler_output.num_scheduled_tokens.items():
-            request = requests[req_id]
-            request.num_computed_tokens += n
-            request.num_in_flight_tokens += n
-            if defer:
-                request.last_sched_seq = seq
-            request.is_prefill_chunk = request.num_computed_tokens < (
-                request.num_tokens + request.num_output_placeholders
-            )
-            if request.is_prefill_chunk:
-                partial.add(req_id)
-            else:
-                self._inflight_prefills.discard(request)
-                if placeholders:
-                    request.num_output_placeholders += 1
-        self.finished_req_ids = set()
-        self.reset_preempted_req_ids = set()
+    # --------------------------------------------- output processing (output_processor.py)
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> dict[int, EngineCoreOutputs]:
+        return output_processor.update_from_output(self, scheduler_output, model_runner_output)
+
+    def finish_requests(self, request_ids: str | Iterable[str] | None, finished_status: RequestStatus) -> list[Request]:
+        """Finish requests from outside (aborts, errors); ignores unknown and
+        already-finished ids; returns the requests it finished."""
+        return output_processor.finish_requests(self, request_ids, finished_status)
+
+    def num_deferred_free_blocks(self) -> int:
+        return self.counters.deferred_free_blocks
+
+    def get_counters(self) -> dict[str, int]:
+        return output_processor.get_counters(self)
 
 
 class AsyncScheduler(Scheduler):
     """vLLM's `AsyncScheduler`: every scheduled decode adds an output
     placeholder, so the next step can be built before this one's output."""
 
-    adds_output_placeholders = True  # (`_update_after_schedule` adds them)
+    adds_output_placeholders = True  # (step_output.py `update_after_schedule` adds them)
 
 
 def create_scheduler_for(vllm_config: VllmConfig, connector: KVConnectorBase | None = None) -> Scheduler:

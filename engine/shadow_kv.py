@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from itertools import islice, repeat
+from typing import Any
 
 from . import fast_paths
 from .shadow_kv_decode import DecodeChains
@@ -47,7 +48,7 @@ class Violation:
     owner: str | None
     position: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, int]:
         return asdict(self)
 
 
@@ -70,7 +71,7 @@ class ShadowKVStore(DecodeChains):
         # Slot tags: (request id, position) or None. `slots[b] is None` is the
         # range form: slots [0, owned[b]) hold (owner[b], base[b] + s) and no
         # slot holds foreign content; otherwise `slots[b]` lists every tag.
-        self.slots: list[list | None] = [None] * num_blocks
+        self.slots: list[list[Any] | None] = [None] * num_blocks
         self.base: list[int] = [0] * num_blocks
         # With the fast paths off every written block gets its tag list (the
         # plain form), so tests can compare both forms run against run.
@@ -126,7 +127,7 @@ class ShadowKVStore(DecodeChains):
                 if not bad:
                     del self._bad[request_id]
 
-    def assign(self, block_ids, request_id: str) -> None:
+    def assign(self, block_ids: Iterable[int], request_id: str) -> None:
         self.assign_each(zip(block_ids, repeat(request_id)))
 
     def assign_each(self, pairs: Iterable[tuple[int, str]]) -> None:
@@ -180,7 +181,7 @@ class ShadowKVStore(DecodeChains):
             if hashes:
                 content[b] = None
 
-    def share(self, block_ids, request_id: str, first_index: int = 0) -> None:
+    def share(self, block_ids: Iterable[int], request_id: str, first_index: int = 0) -> None:
         """`request_id` hit these blocks (block indices from `first_index`) in
         the prefix cache: it will read them expecting its own hashes."""
         if not block_ids:
@@ -230,7 +231,7 @@ class ShadowKVStore(DecodeChains):
         self._bad.pop(request_id, None)
         self._retired.add(request_id)
 
-    def _materialize(self, block: int) -> list:
+    def _materialize(self, block: int) -> list[Any]:
         """The block's tag list, made from its range form if it has none."""
         slots = self.slots[block]
         if slots is None:
@@ -241,7 +242,7 @@ class ShadowKVStore(DecodeChains):
                 slots[s] = (owner, base + s)
         return slots
 
-    def snapshot_block(self, block: int) -> list | None:
+    def snapshot_block(self, block: int) -> list[Any] | None:
         if self._pending:
             self.settle_all()
         slots = self.slots[block]
@@ -250,7 +251,7 @@ class ShadowKVStore(DecodeChains):
             return self._materialize(block).copy() if self.owned[block] else None
         return list(slots)
 
-    def restore_block(self, block: int, content: list | None) -> None:
+    def restore_block(self, block: int, content: list[Any] | None) -> None:
         """Copy saved slot tags into `block` (a swap-in): they count as the
         block's owner's content, or as foreign content if they are not."""
         if self._pending:
@@ -437,7 +438,7 @@ class ShadowKVStore(DecodeChains):
         self._verified[request_id] = (block_table, num_tokens)
         return True
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, int]:
         if self._pending:
             self.settle_all()
         return {

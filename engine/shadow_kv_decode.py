@@ -27,7 +27,7 @@ the steps one by one leave them (tests/unit/test_shadow_kv.py compares both).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 
 class DecodeChains:
@@ -37,7 +37,7 @@ class DecodeChains:
     block_size: int
     owner: list[str | None]
     owned: list[int]
-    slots: list[list | None]
+    slots: list[list[Any] | None]
     base: list[int]
     content: list[int | None]
     expected_hash: Callable[[str, int], int | None] | None
@@ -53,7 +53,7 @@ class DecodeChains:
     # Per chained request: (its block table, where its next decode starts).
     _chain: dict[str, tuple[list[int], int]]
     # Per request: [block table, start, n, t_read, t_write] of its merged pending decode.
-    _pending: dict[str, list]
+    _pending: dict[str, list[Any]]
 
     def decode(
         self, request_id: str, block_table: list[int], start: int, n: int, t_read: float, t_write: float

@@ -44,20 +44,35 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .request import Request, RequestStatus
 
 if TYPE_CHECKING:
+    from .kv_cache_manager import KVCacheManager
     from .sampler import DeterministicSampler
-    from .scheduler import Scheduler
     from .steady_shadow import ShadowLag
 
 CHECK = os.environ.get("DISAGG_SIM_CHECK_STEADY_COHORT", "0").strip().lower() in ("1", "true", "on", "yes")
 
 
+class CohortHost(Protocol):
+    """What the cohort reads and keeps of the scheduler that holds it
+    (engine/scheduler_state.py): declared here, so that the state can hold
+    a cohort without the two modules importing each other."""
+
+    max_model_len: int
+    kv_cache_manager: KVCacheManager
+    running: list[Request]
+    current_step: int
+    steady_epoch: int
+    steady_cohort: SteadyCohort | None
+    defer_block_free: bool
+    sched_step_seq: int
+
+
 class SteadyCohort:
-    def __init__(self, s: Scheduler, sampler: DeterministicSampler) -> None:
+    def __init__(self, s: CohortHost, sampler: DeterministicSampler) -> None:
         self.epoch = s.steady_epoch
         self.block_size = s.kv_cache_manager.block_size
         # The running list, in order, and their ids (dicts: a member leaves in O(1)).
@@ -85,7 +100,7 @@ class SteadyCohort:
         self.shadow_lag: ShadowLag | None = None
 
     # ------------------------------------------------------------ membership
-    def join(self, s: Scheduler, r: Request) -> bool:
+    def join(self, s: CohortHost, r: Request) -> bool:
         """Add a running request that is in steady decode; False if it is not
         (it then stays out)."""
         computed = r.num_computed_tokens
@@ -153,7 +168,7 @@ class SteadyCohort:
         self.spare.discard(r)
 
     # ------------------------------------------------------- lazy counters
-    def settle(self, s: Scheduler, shadow: bool = True) -> None:
+    def settle(self, s: CohortHost, shadow: bool = True) -> None:
         """Write every member's counters as the steps so far left them
         (the module docstring), and issue their owed shadow-KV decodes
         (engine/steady_shadow.py; not with `shadow=False`): before anything
@@ -173,7 +188,7 @@ class SteadyCohort:
         if lag is not None:
             lag.prune(self.members)
 
-    def settle_one(self, s: Scheduler, r: Request, shadow_upto: int | None = None) -> None:
+    def settle_one(self, s: CohortHost, r: Request, shadow_upto: int | None = None) -> None:
         """`settle` for member `r` alone (it is about to finish); its shadow
         decodes up to step `shadow_upto` (default: the steps run so far)."""
         seq = s.sched_step_seq if s.defer_block_free else None
@@ -235,7 +250,7 @@ def write_counters(r: Request, now: int, in_flight: int, seq: int | None, token_
         r.append_unsampled(owed, token_at)
 
 
-def sync(s: Scheduler, sampler: DeterministicSampler) -> tuple[SteadyCohort, list[Request]] | None:
+def sync(s: CohortHost, sampler: DeterministicSampler) -> tuple[SteadyCohort, list[Request]] | None:
     """The scheduler's cohort, brought up to its running list: kept if it
     matches, extended by requests appended since, built again otherwise;
     with its members in running order (a list of their own). None if a
@@ -263,13 +278,13 @@ def sync(s: Scheduler, sampler: DeterministicSampler) -> tuple[SteadyCohort, lis
     return cohort, list(running)
 
 
-def _checked(s: Scheduler, cohort: SteadyCohort, sampler: DeterministicSampler) -> SteadyCohort:
+def _checked(s: CohortHost, cohort: SteadyCohort, sampler: DeterministicSampler) -> SteadyCohort:
     if CHECK:
         _check(s, cohort, sampler)
     return cohort
 
 
-def _check(s: Scheduler, cohort: SteadyCohort, sampler: DeterministicSampler) -> None:
+def _check(s: CohortHost, cohort: SteadyCohort, sampler: DeterministicSampler) -> None:
     """The cohort against one built from scratch (with every member's
     counters settled for it, then put back as they were, so the lazy state
     the run goes on with is the one checked), and every member's counters

@@ -31,79 +31,23 @@ before the next event and supplies their times.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .cost_model import StepShape
+from .free_path import free_request
 from .outputs import EngineCoreOutput
 from .records import StepRecord
 from .request import Request
 from .scheduler import Scheduler
+from .scheduler_state import SchedulerState
+from .steady_batch import SteadyBatch as SteadyBatch  # (re-exported: the in-process fast-forward reads it here)
 from .steady_caching import SteadyCaching
-from .steady_cohort import SteadyCohort, sync
+from .steady_cohort import sync
 from .steady_shadow import ShadowLag
 from .stop_checker import check_stop
 
 if TYPE_CHECKING:
+    from .block_pool import KVCacheBlock
     from .node_core import NodeCore
-
-
-@dataclass
-class SteadyBatch:
-    """The running batch in steady decode, as `steady_batch` found it: its
-    requests in running order and what every pass over it needs, from the
-    node's cohort (engine/steady_cohort.py). Step j of the batch is absolute
-    step `base + j`."""
-
-    requests: list[Request]  # in running order (a copy)
-    ids: list[str]  # their request ids (a copy)
-    base: int  # the scheduler's current step when read
-    context: int  # the batch's computed tokens before the first step
-    cohort: SteadyCohort
-
-    @property
-    def first_finish(self) -> int:
-        return min(self.cohort.by_finish) - self.base
-
-    @property
-    def last_finish(self) -> int:
-        return max(self.cohort.by_finish) - self.base
-
-    def finishing(self, j: int) -> list[Request]:
-        """The requests step j finishes (by their length cap), in running order."""
-        gone = self.cohort.by_finish.get(self.base + j)
-        return [] if gone is None else list(gone)
-
-    # What the cohort keeps, per request as relative steps (for tests and tools).
-    @property
-    def finish_step(self) -> list[int]:
-        return [r.steady_finish - self.base for r in self.requests]
-
-    @property
-    def block_due(self) -> list[int]:
-        return [self.cohort.due_after(r.steady_due, self.base) - self.base for r in self.requests]
-
-    def shapes(self):
-        """The shapes of steps 1, 2, ... (`step_sizes` as `StepShape`s)."""
-        for n, ctx in self.step_sizes():
-            yield StepShape(0, n, ctx, n, ctx, 0)
-
-    def step_sizes(self):
-        """(batch size, attended context tokens) of steps 1, 2, ...: one
-        decode token per request still running, each attending to its
-        computed tokens plus the new one; a request leaves after the step
-        that finishes it."""
-        by_finish, base = self.cohort.by_finish, self.base
-        n, sc, j = len(self.requests), self.context, 0
-        while n > 0:
-            j += 1
-            ctx = sc + n * j
-            yield n, ctx
-            gone = by_finish.get(base + j)
-            if gone is not None:
-                n -= len(gone)
-                for r in gone:
-                    sc -= r.steady_offset + base  # its computed tokens before step 1
 
 
 def is_quiet(core: NodeCore) -> bool:
@@ -113,7 +57,8 @@ def is_quiet(core: NodeCore) -> bool:
     last step need no step of their own: a forward's first step names them
     to the runner as a plain step's output would (`advance`), and the KV
     connector's metadata does not read them (`PDConnector.build_connector_meta`)."""
-    s: Scheduler = core.scheduler
+    s = core.scheduler
+    assert isinstance(s, Scheduler)  # the steady paths are v1's
     return not (
         s.waiting
         or s.kv_holding_waiting
@@ -133,7 +78,8 @@ def steady_batch(core: NodeCore, admitting: bool = False) -> SteadyBatch | None:
     engine = core.engine
     if engine.depth != 1 or engine.batch_queue or engine.pending_aborts:
         return None
-    s: Scheduler = core.scheduler
+    s = core.scheduler
+    assert isinstance(s, Scheduler)  # the steady paths are v1's
     if s.deferred_frees or s.num_lookahead_tokens:
         return None
     if not admitting and not is_quiet(core):
@@ -163,7 +109,9 @@ def block_plan(core: NodeCore, batch: SteadyBatch, m: int) -> tuple[list[list[Re
     running order), which ones finish in it (their blocks return after the
     step's allocations), and how many steps fit before the free blocks run
     out."""
-    kvm = core.scheduler.kv_cache_manager
+    s = core.scheduler
+    assert isinstance(s, Scheduler)  # the steady paths are v1's
+    kvm = s.kv_cache_manager
     cohort, base = batch.cohort, batch.base
     req_to_blocks = kvm.req_to_blocks
     per_step: list[list[Request]] = [[]]
@@ -195,7 +143,7 @@ def block_plan(core: NodeCore, batch: SteadyBatch, m: int) -> tuple[list[list[Re
 
 
 def finish_at_cap(
-    s: Scheduler, r: Request, k: int, token_at: Callable[[str, int], int], stopped: set[Request]
+    s: SchedulerState, r: Request, k: int, token_at: Callable[[str, int], int], stopped: set[Request]
 ) -> EngineCoreOutput:
     """`update_from_output` for a steady request's next `k` tokens, the
     last of which reaches its length cap: the others stay unsampled (drawn
@@ -206,7 +154,7 @@ def finish_at_cap(
     token = token_at(r.request_id, r.num_tokens)
     r.append_output_token_ids(token)
     assert check_stop(r, s.max_model_len), f"{r.request_id} was expected to finish after {k} more tokens"
-    kv_transfer_params = s._free_request(r)
+    kv_transfer_params = free_request(s, r)
     stopped.add(r)
     s.steady_cohort.leave(r)  # type: ignore[union-attr]  # a steady request is a member
     return EngineCoreOutput(
@@ -233,7 +181,8 @@ def advance(
     step's would. Returns the outputs of the requests each step finished (by
     their length cap), as `update_from_output` makes them; every other output
     of these steps is one token per request and step."""
-    s: Scheduler = core.scheduler
+    s = core.scheduler
+    assert isinstance(s, Scheduler)  # the steady paths are v1's
     kvm = s.kv_cache_manager
     pool = kvm.block_pool
     runner = core.runner
@@ -275,7 +224,7 @@ def advance(
     want_from = [0] * (m + 2)  # blocks from step j up to the next step with frees (inclusive)
     for k in range(m, 0, -1):
         want_from[k] = len(per_step[k]) + (0 if finishing[k] else want_from[k + 1])
-    taken: list = []
+    taken: list[KVCacheBlock] = []
     free = pool.get_num_free_blocks()
     # The shadow store hears of new owners once per run of steps up to a
     # finish: between two finishes nothing else reaches it.

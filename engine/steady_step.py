@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING
 from .outputs import EngineCoreOutput, SchedulerOutput, SteadyTokens
 from .request import Request, RequestStatus
 from .scheduler import Scheduler
+from .scheduler_state import SchedulerState
 from .steady_caching import SteadyCaching
 from .steady_decode import SteadyBatch, finish_at_cap
+from .step_output import output_after_bulk_running, seal
 
 if TYPE_CHECKING:
     from .node_core import NodeCore
@@ -38,8 +40,8 @@ class SteadyPart:
     epoch: int  # the scheduler's steady epoch when the step was scheduled
 
     def update(
-        self, s: Scheduler, stopped_running: set[Request], stopped_preempted: set[Request], failed: set[str]
-    ) -> list:
+        self, s: SchedulerState, stopped_running: set[Request], stopped_preempted: set[Request], failed: set[str]
+    ) -> list[EngineCoreOutput | SteadyTokens]:
         """`update_from_output` for these requests (`update_steady`; none of
         them can be preempted or have a failed KV load: both are plain steps)."""
         return update_steady(s, self, stopped_running)
@@ -53,7 +55,8 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
     `SteadyPart` (`SchedulerOutput.steady`) instead of per-request entries;
     `total_num_scheduled_tokens` counts them. The model runner and
     `update_from_output` apply the rest."""
-    s: Scheduler = core.scheduler
+    s = core.scheduler
+    assert isinstance(s, Scheduler)  # the steady paths are v1's
     kvm = s.kv_cache_manager
     pool = kvm.block_pool
     s.current_step += 1
@@ -74,19 +77,21 @@ def schedule_with_steady(core: NodeCore, batch: SteadyBatch, per_step: list[list
         # The blocks their tokens complete in this step are cached before
         # the waiting pass looks up its hits (`allocate_slots` order).
         SteadyCaching(kvm, core.sampler, batch.cohort, s.current_step - 1, [[], []], 1).step(1)
-    so = s._output_after_bulk_running(b, long_prefill_threshold)
-    # `_update_after_schedule` for the steady requests: their counters are
+    so = output_after_bulk_running(s, b, long_prefill_threshold)
+    # `update_after_schedule` for the steady requests: their counters are
     # written lazily (`SteadyCohort.settle`).
     so.steady = SteadyPart(batch, new_blocks, core.sampler.token_at, batch.finishing(1), s.steady_epoch)
     cohort = batch.cohort
     cohort.owed = cohort.in_flight = True
     if cohort.shadow_lag is not None:
         cohort.shadow_lag.in_flight = True  # its decode runs when it ends (the runner's `finish_step`)
-    s._seal(so)  # the step has tokens (`total` counts the steady ones): it takes the fence's next number
+    seal(s, so)  # the step has tokens (`total` counts the steady ones): it takes the fence's next number
     return so
 
 
-def update_steady(s: Scheduler, part: SteadyPart, stopped_running: set[Request]) -> list:
+def update_steady(
+    s: SchedulerState, part: SteadyPart, stopped_running: set[Request]
+) -> list[EngineCoreOutput | SteadyTokens]:
     """`update_from_output` for the steady requests of a step, in running
     order: one token each; a request reaching its length cap in this step
     gets its sampled token, stops and is freed there, as on the plain path
@@ -101,7 +106,9 @@ def update_steady(s: Scheduler, part: SteadyPart, stopped_running: set[Request])
     return [SteadyTokens(part.batch.ids)]
 
 
-def _update_with_finishes(s: Scheduler, part: SteadyPart, stopped_running: set[Request]) -> list:
+def _update_with_finishes(
+    s: SchedulerState, part: SteadyPart, stopped_running: set[Request]
+) -> list[EngineCoreOutput | SteadyTokens]:
     """`update_steady` when a request finishes in the step, or one was
     finished from outside while the step was in flight (an abort applied
     before this update, `EngineCore.process_oldest`): as on the plain path,
@@ -127,7 +134,7 @@ def _update_with_finishes(s: Scheduler, part: SteadyPart, stopped_running: set[R
                 stopping.append(r)
             else:
                 ids.append(r.request_id)
-    finished: list[EngineCoreOutput] = []
+    finished: list[EngineCoreOutput | SteadyTokens] = []
     for r in stopping:
         cohort.settle_one(s, r)  # as scheduled: its token in flight
         r.num_in_flight_tokens -= 1

@@ -65,7 +65,8 @@ def create_scheduler(
             KVTransferConfig(kv_role=kv_role, kv_load_failure_policy=kv_load_failure_policy) if kv_role else None
         ),
     )
-    connector = PDConnector(config.kv_transfer_config) if kv_role else None
+    ktc = config.kv_transfer_config  # (set iff `kv_role`)
+    connector = PDConnector(ktc) if ktc is not None else None
     return create_scheduler_for(config, connector)
 
 

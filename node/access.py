@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections import OrderedDict
+from typing import Any
 
 from connector.transport import KVAccessDenied, UnknownRequestError
 
@@ -35,8 +36,8 @@ def make_ticket(key: bytes, request_id: str) -> str:
 class AccessList:
     def __init__(self, key: bytes, remembered: int = REMEMBERED_RELEASES) -> None:
         self._key = key
-        self._live: dict[str, list] = {}  # request id -> [ticket, bound consumer or None]
-        self._released: OrderedDict[str, list] = OrderedDict()
+        self._live: dict[str, list[Any]] = {}  # request id -> [ticket, bound consumer or None]
+        self._released: OrderedDict[str, list[Any]] = OrderedDict()
         self._remembered = remembered
         self.denied = 0
 

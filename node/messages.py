@@ -41,7 +41,7 @@ def short(value: Any) -> str:
     return _repr.repr(value)
 
 
-def _fields(kind: str, wire: Any, n: int) -> list:
+def _fields(kind: str, wire: Any, n: int) -> list[Any]:
     if not isinstance(wire, (list, tuple)) or len(wire) != n + 1 or wire[0] != kind:
         raise MessageError(f"expected a {kind!r} message of {n} fields, got {short(wire)}")
     return list(wire[1:])
@@ -65,16 +65,16 @@ class RequestMessage(NamedTuple):
     max_tokens: int
     arrival_time: float
     priority: int = 0
-    kv_transfer_params: dict | None = None
+    kv_transfer_params: dict[str, Any] | None = None
     ignore_eos: bool = False
     # The prompt's content as (segment key, length) pairs (`engine/prompt.py`),
     # when it shares segments with other prompts; None: content of its own.
-    prompt_segments: list | None = None
+    prompt_segments: list[Any] | None = None
     # Sampling a client asked for (the OpenAI front door, `bench/serve/`).
     min_tokens: int = 0
-    stop_token_ids: list | None = None
+    stop_token_ids: list[int] | None = None
 
-    def to_wire(self) -> list:
+    def to_wire(self) -> list[Any]:
         return ["req", *self]
 
     @classmethod
@@ -145,7 +145,7 @@ class ReleaseMessage(NamedTuple):
 
     request_ids: list[str]
 
-    def to_wire(self) -> list:
+    def to_wire(self) -> list[Any]:
         return ["rel", list(self.request_ids)]
 
     @classmethod
@@ -164,7 +164,7 @@ class AbortMessage(NamedTuple):
 
     request_ids: list[str]
 
-    def to_wire(self) -> list:
+    def to_wire(self) -> list[Any]:
         return ["abort", list(self.request_ids)]
 
     @classmethod
@@ -193,11 +193,11 @@ class OutputEvent(NamedTuple):
     request_id: str
     new_token_ids: list[int]
     finish_reason: str | None
-    kv_transfer_params: dict | None
+    kv_transfer_params: dict[str, Any] | None
     num_preemptions: int
     first_scheduled_time: float | None
 
-    def to_wire(self) -> list:
+    def to_wire(self) -> list[Any]:
         return ["out", *self]
 
     @classmethod
@@ -225,7 +225,7 @@ class KVEvent(NamedTuple):
     time: float
     ok: bool
 
-    def to_wire(self) -> list:
+    def to_wire(self) -> list[Any]:
         return ["kv", *self]
 
 

@@ -8,11 +8,12 @@ Implementations: `cluster.inproc` (virtual clock, discrete events) and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engine.model_runner import StepPlan
+from engine.outputs import SteadyTokens
 from engine.sampler import DeterministicSampler
 
 from .messages import NodeEvent
@@ -52,8 +53,9 @@ class StepExecutor(Protocol):
     ) -> None: ...
 
 
-# The node's outbox: events for the proxy, in order.
-Emit = Callable[[list[NodeEvent]], None]
+# The node's outbox: events for the proxy, in order (in process, a decode
+# node's one-token outputs may come as one `SteadyTokens`: engine/outputs.py).
+Emit = Callable[[Sequence[NodeEvent | SteadyTokens]], None]
 
 
 @dataclass(frozen=True)

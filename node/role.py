@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.model_runner import StepPlan
 from engine.node_core import NodeCore, NodeSpec
@@ -26,12 +27,12 @@ class NodeReport:
 
     name: str
     role: str
-    counters: dict
+    counters: dict[str, Any]
     steps: list[StepRecord]
-    violations: list[dict]
+    violations: list[dict[str, Any]]
     invariant_errors: list[str]
     timings: list[StepTiming] = field(default_factory=list)
-    where: dict = field(default_factory=dict)  # process facts added by a Ray shell
+    where: dict[str, Any] = field(default_factory=dict)  # process facts added by a Ray shell
     observer_errors: list[str] = field(default_factory=list)
 
 
@@ -99,7 +100,7 @@ class NodeRole:
     def _on_submit(self, plan: StepPlan) -> None:
         pass
 
-    def _on_outputs(self, outputs: list[EngineCoreOutput]) -> None:
+    def _on_outputs(self, outputs: list[EngineCoreOutput | SteadyTokens]) -> None:
         # Built inline, not through `OutputEvent.from_core`: this runs once per token.
         # A `SteadyTokens` (one token for each of many requests, from the
         # in-process steady-decode fast path) goes to the proxy as it is.
@@ -125,10 +126,10 @@ class NodeRole:
         """Work left: steps to schedule or in flight (a role adds its KV work)."""
         return not self.loop.is_idle()
 
-    def extra_counters(self) -> dict:
+    def extra_counters(self) -> dict[str, Any]:
         return {}
 
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         c = self.core.counters()
         c.update(self.extra_counters())
         c["requests_rejected"] = self.requests_rejected

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from engine.model_runner import StepPlan
 from engine.node_core import NodeCore
-from engine.outputs import EngineCoreOutput
+from engine.outputs import EngineCoreOutput, SteadyTokens
 from engine.request import Request
 
 from .ports import Clock, StepExecutor
@@ -46,7 +46,7 @@ class StepLoop:
         executor: StepExecutor,
         clock: Clock,
         settings: NodeSettings,
-        on_outputs: Callable[[list[EngineCoreOutput]], None],
+        on_outputs: Callable[[list[EngineCoreOutput | SteadyTokens]], None],
         on_submit: Callable[[StepPlan], None] | None = None,
         check_each_step: bool = False,
     ) -> None:
@@ -154,7 +154,7 @@ class StepLoop:
         shadow KV reads see what they wrote."""
         self._done[id(plan)] = tokens
         core = self.core
-        outputs: list[EngineCoreOutput] = []
+        outputs: list[EngineCoreOutput | SteadyTokens] = []
         while (oldest := core.oldest()) is not None and id(oldest) in self._done:
             sampled = self._done.pop(id(oldest))
             mro = core.finish_step(oldest, self.clock.now())

@@ -17,9 +17,10 @@ without I/O; both runtimes run this class.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from engine.node_core import NodeSpec
-from engine.outputs import EngineCoreOutput
+from engine.outputs import EngineCoreOutput, SteadyTokens
 from engine.records import StepRecord
 from node.access import TICKET_PARAM, AccessList
 from node.ports import NodePorts, Timer
@@ -60,11 +61,17 @@ class PrefillNode(NodeRole):
         self.core.set_kv_address(address)
 
     # -- outputs: finished prompts begin to be held ------------------------------
-    def _on_outputs(self, outputs: list[EngineCoreOutput]) -> None:
+    def _on_outputs(self, outputs: list[EngineCoreOutput | SteadyTokens]) -> None:
         now = self.clock.now()
         hold_s = self.settings.kv_policy.hold_timeout_s
         for out in outputs:
-            if out.finished and out.kv_transfer_params and self.core.holds(out.request_id):
+            # (`type(out) is EngineCoreOutput`: a prefill node's outputs are never `SteadyTokens`)
+            if (
+                type(out) is EngineCoreOutput
+                and out.finished
+                and out.kv_transfer_params
+                and self.core.holds(out.request_id)
+            ):
                 timer = self.clock.call_at(now + hold_s, self._hold_expired, out.request_id, now)
                 self._held[out.request_id] = (now, timer)
                 out.kv_transfer_params[TICKET_PARAM] = self.access.grant(out.request_id)
@@ -125,7 +132,7 @@ class PrefillNode(NodeRole):
         """Work left: steps to schedule or in flight, or blocks held for a pull."""
         return self.alive and (super().busy() or bool(self._held))
 
-    def extra_counters(self) -> dict:
+    def extra_counters(self) -> dict[str, Any]:
         return {
             "kv_blocks_served": self.source.blocks_served,
             "kv_pull_reads_failed": self.source.reads_failed,

@@ -52,7 +52,8 @@ class PacedCluster(ServeDriver):
         max_model_len = min(g.engine.max_model_len for g in (spec.prefill, spec.decode) if g.count)
         super().__init__(max_model_len, max_pending, keep_records)
         self.cluster = InProcCluster(spec, seed=seed, observer=observer)
-        self.cluster.touched = self._touched = set()
+        self._touched: set[str] = set()
+        self.cluster.touched = self._touched
         self.time_scale = time_scale
         self._start = time.monotonic()
         self._wake = asyncio.Event()

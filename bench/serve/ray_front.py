@@ -145,7 +145,7 @@ class RouterDriver(ServeDriver):
                     have = merged[fam.name] = Metric(fam.name, fam.documentation, fam.type, fam.unit)
                 have.samples.extend(fam.samples)
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Families(list(merged.values())))  # type: ignore[arg-type]
+        registry.register(_Families(list(merged.values())))
         return generate_latest(registry)
 
 

@@ -51,7 +51,7 @@ def build_app(
     observer = LiveObserver(names, metrics_port=None, model_name=model_name)
     driver = PacedCluster(spec, seed=seed, time_scale=time_scale, max_pending=max_pending, observer=observer)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_MergedNodes(observer))  # type: ignore[arg-type]
+    registry.register(_MergedNodes(observer))
 
     async def render() -> bytes:
         for name, node in driver.cluster.nodes.items():
@@ -70,7 +70,7 @@ async def start_site(serve_app: ServeApp, host: str, port: int) -> tuple[web.App
     site = web.TCPSite(runner, host, port)
     await site.start()
     server = site._server
-    bound = server.sockets[0].getsockname()[1] if server is not None and server.sockets else port  # type: ignore[union-attr]
+    bound = server.sockets[0].getsockname()[1] if server is not None and server.sockets else port  # type: ignore[attr-defined]  # (an asyncio.Server; aiohttp types it as AbstractServer)
     return runner, bound
 
 

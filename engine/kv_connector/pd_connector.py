@@ -14,10 +14,15 @@ next `build_connector_meta`. The worker side (a transport) reports
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..request import Request, RequestStatus
 from .base import KVConnectorBase, KVConnectorMetadata
+
+if TYPE_CHECKING:
+    from ..config import KVTransferConfig
+    from ..kv_cache_manager import KVCacheBlocks
+    from ..outputs import SchedulerOutput
 
 
 @dataclass
@@ -45,7 +50,7 @@ class PDConnectorMetadata(KVConnectorMetadata):
 
 
 class PDConnector(KVConnectorBase):
-    def __init__(self, kv_transfer_config, engine_address: str = "") -> None:
+    def __init__(self, kv_transfer_config: KVTransferConfig, engine_address: str = "") -> None:
         super().__init__(kv_transfer_config)
         self.engine_id = kv_transfer_config.engine_id
         self.engine_address = engine_address
@@ -63,7 +68,7 @@ class PDConnector(KVConnectorBase):
                 return count, True
         return 0, False
 
-    def update_state_after_alloc(self, request: Request, blocks, num_external_tokens: int) -> None:
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
         params = request.kv_transfer_params
         if not params or not params.get("do_remote_prefill"):
             return
@@ -75,7 +80,7 @@ class PDConnector(KVConnectorBase):
         params["do_remote_prefill"] = False
 
     # -- both --------------------------------------------------------------
-    def build_connector_meta(self, scheduler_output) -> PDConnectorMetadata:
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> PDConnectorMetadata:
         meta = PDConnectorMetadata()
         for req_id, (request, local_ids) in self._reqs_need_recv.items():
             params = request.kv_transfer_params or {}

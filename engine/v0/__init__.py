@@ -6,9 +6,10 @@ n=1 sequences only; default (v1) block manager; no prefix caching, LoRA or
 """
 
 from engine.v0.block_manager import AllocStatus, BlockSpaceManagerV1
+from engine.v0.block_ops import PreemptionMode
 from engine.v0.config import CacheConfig, SchedulerConfig
 from engine.v0.engine_adapter import V0SchedulerAdapter
-from engine.v0.scheduler import PreemptionMode, Scheduler
+from engine.v0.scheduler import Scheduler
 from engine.v0.scheduler_outputs import SchedulerOutputs, SequenceGroupMetadata
 from engine.v0.sequence import Sequence, SequenceGroup, SequenceStatus
 from engine.v0.starvation import StarvationCounters, diagnose

@@ -6,10 +6,13 @@ step (`engine.engine_core.EngineScheduler`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from engine.v0.block_ops import PreemptionMode
 from engine.v0.config import CacheConfig
 from engine.v0.gauges import QueueGauges
 from engine.v0.loglines import V0StatLogger, V0Stats
-from engine.v0.scheduler import PreemptionMode, Scheduler
+from engine.v0.scheduler import Scheduler
 from engine.v0.starvation import diagnose
 
 
@@ -46,7 +49,7 @@ class V0StatsMixin:
 
     # v0 frees blocks at once (no fence): nothing is ever deferred. Kept for
     # readers of v1's `deferred_frees`.
-    deferred_frees: tuple = ()
+    deferred_frees: tuple[()] = ()
 
     # -- queue and pool sizes ------------------------------------------------------
     @property
@@ -166,7 +169,7 @@ class V0StatsMixin:
         return line
 
     # -- counters and diagnosis --------------------------------------------------------
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         s = self.scheduler
         return {
             "num_preemptions": s.num_cumulative_preemption,

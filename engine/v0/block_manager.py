@@ -191,10 +191,14 @@ class BlockSpaceManagerV1:
         """Problems with the pools: every block either free or in exactly one
         table of its device, and no block free twice. Empty when all is well."""
         problems = []
-        for allocator, on_device in (
-            (self.gpu_allocator, lambda sid: sid not in self._on_cpu),
-            (self.cpu_allocator, lambda sid: sid in self._on_cpu),
-        ):
+
+        def on_gpu(sid: int) -> bool:
+            return sid not in self._on_cpu
+
+        def on_cpu(sid: int) -> bool:
+            return sid in self._on_cpu
+
+        for allocator, on_device in ((self.gpu_allocator, on_gpu), (self.cpu_allocator, on_cpu)):
             held = [b for sid, table in self.block_tables.items() if on_device(sid) for b in table]
             free = allocator.free_blocks
             name = allocator.device.name

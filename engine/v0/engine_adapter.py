@@ -36,6 +36,7 @@ from engine.outputs import (
     ModelRunnerOutput,
     NewRequestData,
     SchedulerOutput,
+    SteadyTokens,
 )
 from engine.request import Request, RequestStatus
 from engine.v0.adapter_stats import V0StatsMixin
@@ -262,7 +263,7 @@ class V0SchedulerAdapter(V0StatsMixin):
         _, plan, outs = self._in_flight
         self._in_flight = None
         max_model_len = self.scheduler_config.max_model_len
-        outputs: list[EngineCoreOutput] = []
+        outputs: list[EngineCoreOutput | SteadyTokens] = []
         finished_ids: set[str] = set()
         num_prompt_tokens = num_generation_tokens = 0
         num_prefill_groups = outs.num_prefill_groups

@@ -18,16 +18,25 @@ import logging
 from collections import deque
 from itertools import islice
 
-from engine.v0 import starvation
 from engine.v0.block_manager import AllocStatus, BlockSpaceManagerV1
-from engine.v0.block_ops import BlockOpsMixin, PreemptionMode
+from engine.v0.block_ops import (
+    PreemptionMode,
+    allocate_and_set_running,
+    append_slots,
+    preempt_by_recompute,
+    preemption_mode,
+    swap_in,
+    swap_out,
+)
 from engine.v0.config import CacheConfig, SchedulerConfig
 from engine.v0.loglines import (
     LOGGER_NAME,
     format_chunked_prefill_enabled,
+    format_preemption_warning,
     format_prompt_exceeds_capacity,
     format_prompt_too_long,
     format_swap_in_infeasible,
+    should_warn_preemption,
 )
 from engine.v0.policy import Policy, PolicyFactory
 from engine.v0.scheduler_outputs import (
@@ -40,6 +49,12 @@ from engine.v0.scheduler_outputs import (
     SequenceGroupMetadata,
 )
 from engine.v0.sequence import Sequence, SequenceGroup, SequenceStage, SequenceStatus
+from engine.v0.starvation import (
+    StarvationCounters,
+    probe_head_of_line,
+    probe_swap_priority,
+    record_reinsertions,
+)
 
 logger = logging.getLogger(LOGGER_NAME)
 
@@ -49,7 +64,7 @@ def samples(seq: Sequence, is_prompt: bool, token_chunk_size: int) -> bool:
     return not is_prompt or token_chunk_size + seq._num_computed_tokens >= seq._len
 
 
-class Scheduler(BlockOpsMixin):
+class Scheduler:
     def __init__(self, scheduler_config: SchedulerConfig, cache_config: CacheConfig) -> None:
         self.scheduler_config = scheduler_config
         self.cache_config = cache_config
@@ -64,7 +79,7 @@ class Scheduler(BlockOpsMixin):
         self.num_cumulative_preemption = 0
         self.num_preemptions_by_mode = {PreemptionMode.RECOMPUTE: 0, PreemptionMode.SWAP: 0}
         self.num_ignored_seq_groups = 0
-        self.starvation = starvation.StarvationCounters()
+        self.starvation = StarvationCounters()
         self._now = 0.0
         assert scheduler_config.max_num_batched_tokens is not None  # resolved by SchedulerConfig.__post_init__
         if scheduler_config.enable_chunked_prefill:
@@ -99,6 +114,32 @@ class Scheduler(BlockOpsMixin):
     def get_and_reset_finished_requests_ids(self) -> list[str]:
         ids, self._finished_requests_ids = self._finished_requests_ids, []
         return ids
+
+    def free_seq(self, seq: Sequence) -> None:
+        self.block_manager.free(seq)
+
+    def free_finished_seq_groups(self) -> None:
+        # vLLM also scans `swapped` and `waiting`, but here a group there is never
+        # finished (aborts remove it, ignored prompts are popped): skipping the
+        # scan keeps a long backlog cheap and changes nothing.
+        finished = [g.request_id for g in self.running if g.seqs[0].status > SequenceStatus.SWAPPED]
+        if finished:
+            self._finished_requests_ids += finished
+            self.running = deque(g for g in self.running if not g.is_finished())
+
+    def _preempt(self, seq_group: SequenceGroup, blocks_to_swap_out: list[tuple[int, int]]) -> PreemptionMode:
+        """Preempt a running group (engine/v0/block_ops.py moves its blocks),
+        counted and warned about as vLLM does."""
+        mode = preemption_mode(self.user_specified_preemption_mode, seq_group)
+        if should_warn_preemption(self.num_cumulative_preemption):
+            logger.warning(format_preemption_warning(seq_group.request_id, mode, self.num_cumulative_preemption + 1))
+        self.num_cumulative_preemption += 1
+        self.num_preemptions_by_mode[mode] += 1
+        if mode is PreemptionMode.RECOMPUTE:
+            preempt_by_recompute(self.block_manager, seq_group)
+        else:
+            swap_out(self.block_manager, seq_group, blocks_to_swap_out)
+        return mode
 
     # -- the three phases --------------------------------------------------------
     def _schedule_running(
@@ -185,8 +226,8 @@ class Scheduler(BlockOpsMixin):
             if num_new_tokens == 0 or not budget.can_schedule(num_new_tokens=num_new_tokens, num_new_seqs=num_new_seqs):
                 break
             swapped_queue.popleft()
-            self._swap_in(seq_group, out.blocks_to_swap_in)
-            self._append_slots(seq_group)
+            swap_in(self.block_manager, seq_group, out.blocks_to_swap_in)
+            append_slots(self.block_manager, seq_group)
             if seq_group.is_prefill():
                 out.prefill_seq_groups.append(ScheduledSequenceGroup(seq_group, num_new_tokens))
             else:
@@ -201,6 +242,21 @@ class Scheduler(BlockOpsMixin):
             return cfg.max_model_len
         assert cfg.max_num_batched_tokens is not None  # resolved by SchedulerConfig.__post_init__
         return min(cfg.max_model_len, cfg.max_num_batched_tokens)
+
+    def _probe_head_of_line(
+        self,
+        head: SequenceGroup,
+        waiting_queue: deque[SequenceGroup],
+        budget: SchedulingBudget,
+        enable_chunking: bool,
+        prompt_limit: int,
+        alloc_later: bool,
+    ) -> None:
+        """Rule 2's starvation probe (engine/v0/starvation.py): what waits behind a blocked head."""
+        behind = islice(waiting_queue, 1, None)
+        probe_head_of_line(
+            self.starvation, self.block_manager, prompt_limit, head, behind, budget, enable_chunking, alloc_later
+        )
 
     def _schedule_prefills(
         self, waiting_queue: deque[SequenceGroup], budget: SchedulingBudget, enable_chunking: bool = False
@@ -222,9 +278,7 @@ class Scheduler(BlockOpsMixin):
                 continue
             can_allocate = self.block_manager.can_allocate(seq_group)
             if can_allocate == AllocStatus.LATER:  # rule 2: head-of-line blocking
-                starvation.probe_head_of_line(
-                    self, seq_group, islice(waiting_queue, 1, None), budget, enable_chunking, alloc_later=True
-                )
+                self._probe_head_of_line(seq_group, waiting_queue, budget, enable_chunking, prompt_limit, True)
                 break
             if can_allocate == AllocStatus.NEVER:
                 logger.warning(format_prompt_exceeds_capacity(num_new_tokens))
@@ -232,12 +286,10 @@ class Scheduler(BlockOpsMixin):
                 continue
             num_new_seqs = seq_group.get_max_num_running_seqs()
             if num_new_tokens == 0 or not budget.can_schedule(num_new_tokens=num_new_tokens, num_new_seqs=num_new_seqs):
-                starvation.probe_head_of_line(
-                    self, seq_group, islice(waiting_queue, 1, None), budget, enable_chunking, alloc_later=False
-                )
+                self._probe_head_of_line(seq_group, waiting_queue, budget, enable_chunking, prompt_limit, False)
                 break
             waiting_queue.popleft()
-            self._allocate_and_set_running(seq_group)
+            allocate_and_set_running(self.block_manager, seq_group)
             out.seq_groups.append(ScheduledSequenceGroup(seq_group, num_new_tokens))
             budget.add_num_batched_tokens(seq_group.request_id, num_new_tokens)
             budget.add_num_seqs(seq_group.request_id, num_new_seqs)
@@ -265,7 +317,7 @@ class Scheduler(BlockOpsMixin):
         if not self.swapped:  # rule 6
             remaining_waiting, prefills = self._schedule_prefills(self.waiting, budget, enable_chunking=False)
         elif self.waiting:
-            starvation.probe_swap_priority(self, budget)
+            probe_swap_priority(self.starvation, self.block_manager, self._get_prompt_limit(), self.waiting, budget)
 
         fcfs_policy = PolicyFactory.get_policy(policy_name="fcfs")
         if len(prefills.seq_groups) == 0:
@@ -275,7 +327,7 @@ class Scheduler(BlockOpsMixin):
 
         assert budget.num_batched_tokens <= cfg.max_num_batched_tokens
         assert budget.num_curr_seqs <= cfg.max_num_seqs
-        starvation.record_reinsertions(self, running_scheduled.preempted, remaining_waiting)
+        record_reinsertions(self.starvation, running_scheduled.preempted, remaining_waiting)
         self.waiting = remaining_waiting
         self.waiting.extendleft(running_scheduled.preempted)  # rule 5
         self.running = remaining_running
@@ -305,7 +357,7 @@ class Scheduler(BlockOpsMixin):
 
         assert budget.num_batched_tokens <= cfg.max_num_batched_tokens
         assert budget.num_curr_seqs <= cfg.max_num_seqs
-        starvation.record_reinsertions(self, running_scheduled.preempted, remaining_waiting)
+        record_reinsertions(self.starvation, running_scheduled.preempted, remaining_waiting)
         self.waiting = remaining_waiting
         self.waiting.extendleft(running_scheduled.preempted)
         self.running = remaining_running

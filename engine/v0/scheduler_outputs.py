@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from engine.v0.sequence import SequenceGroup, SequenceStatus
@@ -48,7 +49,7 @@ class SchedulingBudget:
             self._request_ids_num_curr_seqs.add(req_id)
             self._num_curr_seqs += num_curr_seqs
 
-    def add_num_seqs_of(self, seq_groups) -> None:
+    def add_num_seqs_of(self, seq_groups: Iterable[SequenceGroup]) -> None:
         """`add_num_seqs` for every group (the default path's pre-add of `running`),
         in one loop: n=1, so an unfinished group adds one sequence, a finished one none."""
         ids = self._request_ids_num_curr_seqs

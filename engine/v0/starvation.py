@@ -37,15 +37,15 @@ dominant path (ties in that order).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.v0.sequence import SequenceGroup, SequenceStatus
 
 if TYPE_CHECKING:
-    from engine.v0.scheduler import Scheduler
+    from engine.v0.block_manager import BlockSpaceManagerV1
     from engine.v0.scheduler_outputs import SchedulingBudget
 
 # How deep a probe scans the waiting queue per step.
@@ -73,24 +73,24 @@ class StarvationCounters:
     swap_priority_waiting: int = 0
     swap_priority_bypassable: int = 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def _admissible(
-    sched: Scheduler,
+    bm: BlockSpaceManagerV1,
+    prompt_limit: int,
     groups: Iterable[SequenceGroup],
     budget: SchedulingBudget,
     enable_chunking: bool,
     stop_at_first_misfit: bool,
 ) -> int:
-    """How many of `groups` a prefill pass would admit now, without admitting them."""
-    bm = sched.block_manager
+    """How many of `groups` a prefill pass would admit now, without admitting
+    them (`prompt_limit`: the scheduler's, rule 3)."""
     free = bm.get_num_free_gpu_blocks()
     total, watermark = bm.num_total_gpu_blocks, bm.watermark_blocks
     token_budget, max_seqs = budget.token_budget, budget.max_num_seqs
     tokens, seqs = budget.num_batched_tokens, budget.num_curr_seqs
-    prompt_limit = sched._get_prompt_limit()
     admitted = 0
     for g in islice(groups, PROBE_SCAN_LIMIT):
         if tokens >= token_budget or seqs >= max_seqs or free - 1 < watermark:
@@ -114,17 +114,18 @@ def _admissible(
 
 
 def probe_head_of_line(
-    sched: Scheduler,
+    c: StarvationCounters,
+    bm: BlockSpaceManagerV1,
+    prompt_limit: int,
     head: SequenceGroup,
     behind: Iterable[SequenceGroup],
     budget: SchedulingBudget,
     enable_chunking: bool,
     alloc_later: bool,
 ) -> None:
-    n = _admissible(sched, behind, budget, enable_chunking, stop_at_first_misfit=False)
+    n = _admissible(bm, prompt_limit, behind, budget, enable_chunking, stop_at_first_misfit=False)
     if n == 0:
         return
-    c = sched.starvation
     c.head_of_line_events += 1
     c.head_of_line_bypassable += n
     if alloc_later:
@@ -134,29 +135,33 @@ def probe_head_of_line(
     c.head_of_line_blockers[head.request_id] = c.head_of_line_blockers.get(head.request_id, 0) + 1
 
 
-def probe_swap_priority(sched: Scheduler, budget: SchedulingBudget) -> None:
-    c = sched.starvation
+def probe_swap_priority(
+    c: StarvationCounters,
+    bm: BlockSpaceManagerV1,
+    prompt_limit: int,
+    waiting: Collection[SequenceGroup],
+    budget: SchedulingBudget,
+) -> None:
     c.swap_priority_events += 1
-    c.swap_priority_waiting += len(sched.waiting)
+    c.swap_priority_waiting += len(waiting)
     c.swap_priority_bypassable += _admissible(
-        sched, sched.waiting, budget, enable_chunking=False, stop_at_first_misfit=True
+        bm, prompt_limit, waiting, budget, enable_chunking=False, stop_at_first_misfit=True
     )
 
 
 def record_reinsertions(
-    sched: Scheduler, victims: list[SequenceGroup], remaining_waiting: Iterable[SequenceGroup]
+    c: StarvationCounters, victims: list[SequenceGroup], remaining_waiting: Iterable[SequenceGroup]
 ) -> None:
     if not victims:
         return
     waiting = list(remaining_waiting)
-    c = sched.starvation
     for v in victims:
         c.recompute_reinsertions += 1
         c.recompute_overtaken += len(waiting)
         c.recompute_overtaken_earlier_arrivals += sum(1 for g in waiting if g.arrival_time < v.arrival_time)
 
 
-def diagnose(counters: StarvationCounters | dict) -> tuple[str, str]:
+def diagnose(counters: StarvationCounters | dict[str, Any]) -> tuple[str, str]:
     """(dominant path, explanation) from the counters alone. The path is one of
     "head-of-line", "preempt-reinsert", "swap-priority" or "none"."""
     c = counters if isinstance(counters, StarvationCounters) else StarvationCounters(**counters)

@@ -10,6 +10,7 @@ sample, stop-check, free finished sequences and groups.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from engine.request import SamplingParams
@@ -72,5 +73,5 @@ def engine_step(sched: Scheduler, now: float = 0.0, token_id: int = 7) -> StepRe
     return result
 
 
-def ids(queue) -> list[str]:
+def ids(queue: Iterable[SequenceGroup]) -> list[str]:
     return [g.request_id for g in queue]

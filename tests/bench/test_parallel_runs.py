@@ -122,7 +122,7 @@ def test_leaving_early_stops_the_workers(tmp_path):
     out.mkdir()
     sweep = Sweep(scenario, "inproc", out_dir=out)
     with worker_pool(2) as pool:
-        runs = runs_in_workers(pool, sweep, [("prefix", 0), ("fixed", 0), ("prefix", 1), ("fixed", 1)])
+        runs = runs_in_workers(pool, sweep.finished_run, [("prefix", 0), ("fixed", 0), ("prefix", 1), ("fixed", 1)])
         run, result = runs[0].future.result()
         assert (runs[0].variant, runs[0].repeat, len(run.requests)) == ("prefix", 0, 12)
         assert (result["variant"], result["repeat"], result["extra"]["wall_seconds"] > 0) == ("prefix", 0, True)

@@ -3,6 +3,7 @@ behaviours of the deferred-free fence, each driven by hand."""
 
 import pytest
 
+from engine.free_path import drain_deferred_frees
 from engine.request import RequestStatus
 from engine.testing import create_requests, create_scheduler
 
@@ -137,10 +138,10 @@ def test_9_drain_stops_at_first_unsatisfied_fence():
     s.deferred_frees.extend([(2, [b1]), (1, [b2])])
     s.sched_step_seq = 2
     s.processed_step_seq = 1
-    s._drain_deferred_frees()
+    drain_deferred_frees(s)
     assert len(s.deferred_frees) == 2
     s.processed_step_seq = 2
-    s._drain_deferred_frees()
+    drain_deferred_frees(s)
     assert not s.deferred_frees and pool.get_num_free_blocks() == 9
 
 
