@@ -171,14 +171,16 @@ class NodeCore:
     def schedule_step(self, now: float) -> StepPlan | None:
         return self.engine.schedule_step(now)
 
-    def queue_step(self, now: float, scheduler_output: Any) -> StepPlan | None:
-        """Queue a step scheduled outside `schedule_step` (the steady-decode
+    def queue_step(self, now: float, scheduler_output: SchedulerOutput) -> StepPlan | None:
+        """Queue a step scheduled outside `schedule_step` (the v1 steady-decode
         paths' admission step, engine/steady_step.py) as `schedule_step` does."""
         return self.engine.queue_step(now, scheduler_output)
 
     @property
     def current_step(self) -> int:
-        """The index of the last step the scheduler scheduled."""
+        """The index of the last step the v1 scheduler scheduled (the steady
+        paths run on v1 nodes only)."""
+        assert isinstance(self.scheduler, Scheduler)
         return self.scheduler.current_step
 
     def oldest(self) -> StepPlan | None:

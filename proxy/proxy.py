@@ -207,7 +207,7 @@ class Proxy:
                 # tokens, or a node speaking of another node's request.
                 self.events_rejected += 1
                 continue
-            if type(ev) is KVEvent:
+            if isinstance(ev, KVEvent):
                 client.kv_event(ev)
                 if self._log is not None:
                     self._log(*(("pull_start", rid, node) if ev.phase == "start" else ("pull_end", rid, ev.ok)))
@@ -268,6 +268,7 @@ class Proxy:
             return
         if ev.new_token_ids:
             self._tokens(req, ev.new_token_ids, now)
+        assert reason is not None  # a decode node's unfinished outputs take the common path
         why = ""
         if reason == "error":
             if params and "rejected" in params:
