@@ -26,13 +26,12 @@ pytestmark = pytest.mark.timeout(60)
 async def run_local(spec, wl, seed=0, use_stage_workers=False):
     """The Ray runtime's topology in one process, the node hosts the Ray
     actors wrap; returns (driver, {name: host})."""
-    names = [(role, ns) for role, ns, _ in spec.node_specs()]
+    names = [(role, ns) for role, ns, _ in spec.node_specs(seed)]
     settings = WallNodeSettings(
         node=spec.node_settings(spec.time_scale), stage_link=spec.links.stage.to_spec(), kv_link=spec.links.kv.to_spec()
     )
     nodes, stages = {}, []
     for role, ns in names:
-        ns.sampler_seed = spec.sampler.seed + seed
         runner = None
         if role == "decode" and use_stage_workers:
             pp = ns.pipeline_parallel_size
