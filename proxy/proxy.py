@@ -43,7 +43,7 @@ from node.messages import (
 )
 
 from .client import Finished, Submission
-from .ports import ProxyPorts, ProxySettings
+from .ports import KVTransferParams, ProxyPorts, ProxySettings
 from .requests import ProxiedRequest
 from .routing import PrefixIndex, Router
 from .token_runs import FirstScheduled, TokenRuns
@@ -121,7 +121,7 @@ class Proxy:
         req: ProxiedRequest,
         role: str,
         max_tokens: int,
-        params: dict | None,
+        params: KVTransferParams | None,
         prompt_extra: int = 0,
         event: str = "",
     ) -> None:
@@ -207,7 +207,7 @@ class Proxy:
                 # tokens, or a node speaking of another node's request.
                 self.events_rejected += 1
                 continue
-            if type(ev) is KVEvent:
+            if isinstance(ev, KVEvent):
                 client.kv_event(ev)
                 if self._log is not None:
                     self._log(*(("pull_start", rid, node) if ev.phase == "start" else ("pull_end", rid, ev.ok)))
@@ -263,6 +263,8 @@ class Proxy:
                 self._tokens(req, ev.new_token_ids, now)
             self._finish(req, reason or "error")
             return
+        # A decode node's unfinished outputs never come here (on_node_events streams them).
+        assert reason is not None
         if ev.new_token_ids:
             self._tokens(req, ev.new_token_ids, now)
         why = ""
