@@ -5,7 +5,7 @@ with errors that name the field and the allowed values."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import (
     BaseModel,
@@ -258,6 +258,14 @@ def _load_preset_file(path: str) -> dict:
     return data
 
 
+class NodePlan(NamedTuple):
+    """One node of a cluster, as a runtime builds it."""
+
+    role: str  # "prefill" | "decode"
+    spec: NodeSpec
+    group: NodeGroup
+
+
 class ClusterSpec(_Strict):
     prefill: NodeGroup = Field(default_factory=lambda: NodeGroup(count=1, engine=EngineSettings()))
     decode: NodeGroup = Field(default_factory=NodeGroup)
@@ -399,8 +407,8 @@ class ClusterSpec(_Strict):
             prompt_hashes=self.prompt_hashes,
         )
 
-    def node_specs(self) -> list[tuple[str, NodeSpec, NodeGroup]]:
-        """(role, spec, group) for every node: prefill-0.., decode-0.."""
+    def node_specs(self) -> list[NodePlan]:
+        """Every node: prefill-0.., decode-0.."""
         out = []
         disagg = self.disaggregated
         for role, group, kv_role in (("prefill", self.prefill, "kv_producer"), ("decode", self.decode, "kv_consumer")):
@@ -408,7 +416,7 @@ class ClusterSpec(_Strict):
                 e = group.engine
                 assert isinstance(e.num_gpu_blocks, int)  # "auto" is resolved at validation
                 out.append(
-                    (
+                    NodePlan(
                         role,
                         NodeSpec(
                             name=f"{role}-{i}",
@@ -432,6 +440,7 @@ class ClusterSpec(_Strict):
 
 __all__ = [
     "ClusterSpec",
+    "NodePlan",
     "NodeGroup",
     "EngineSettings",
     "LinkSettings",

@@ -34,7 +34,7 @@ from proxy.proxy import Proxy
 from ..chaos import ChaosConfig, Fault, chaos_report
 from ..invariants import check_requests
 from ..run_result import RunResult, kv_pull_summary
-from ..spec import ClusterSpec, LinkSettings, NodeGroup
+from ..spec import ClusterSpec, LinkSettings, NodeGroup, NodePlan
 from .clock import EventLoop
 from .collector import collector_paused
 from .executor import VirtualPipelineExecutor
@@ -93,11 +93,12 @@ class InProcCluster:
         )
         self.links.proxy = self.proxy
         self.driver = LoadDriver(self.loop, self.proxy, self.client)
-        self._specs: dict[str, tuple[str, NodeSpec, NodeGroup]] = {}
+        self._specs: dict[str, NodePlan] = {}
         self.restarts: dict[str, int] = {}
-        for role, node_spec, group in spec.node_specs():
+        for plan in spec.node_specs():
+            role, node_spec, group = plan
             node_spec.sampler_seed = spec.sampler.seed + seed
-            self._specs[node_spec.name] = (role, node_spec, group)
+            self._specs[node_spec.name] = plan
             node = self._build_node(role, node_spec, group)
             (self.prefill_nodes if role == "prefill" else self.decode_nodes).append(node)
             self.nodes[node.name] = node

@@ -44,7 +44,7 @@ from engine.records import WorkloadRequest
 from engine.sampler import DeterministicSampler
 from node.role import NodeReport
 
-from ..distortion import step_distortion, summarize
+from ..distortion import StepTimingRow, step_distortion, summarize
 from ..invariants import check_requests
 from ..run_result import RunResult, kv_pull_summary
 from ..spec import ClusterSpec
@@ -347,7 +347,7 @@ class _RayRun:
         node_counters: dict[str, dict] = {}
         steps = []
         violations: list[dict] = []
-        timings: dict[str, list] = {}
+        timings: dict[str, list[StepTimingRow]] = {}
         cpu: dict[str, float] = {}
         observer_errors: list[str] = []
         for name in self.nodes:
@@ -365,7 +365,9 @@ class _RayRun:
             steps.extend(report.steps)
             violations.extend(report.violations)
             errors.extend(report.invariant_errors)
-            timings[name] = [(t.step_index, t.submitted, t.completed, t.modelled_s, t.run_s) for t in report.timings]
+            timings[name] = [
+                StepTimingRow(t.step_index, t.submitted, t.completed, t.modelled_s, t.run_s) for t in report.timings
+            ]
             observer_errors.extend(report.observer_errors)
             cpu[name] = round(report.where["cpu_s"] - self.info.get(name, {}).get("cpu_s", 0.0), 3)
         steps.sort(key=lambda s: (s.time, s.node))
