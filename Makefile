@@ -19,7 +19,7 @@ run: $(STAMP)
 	$(VENV)/bin/disagg-sim run $(ARGS)
 
 # Lint and format check (ruff) over the repository, types (mypy) over the
-# engine, the node roles and bench, then the tests.
+# packages listed in pyproject.toml's [tool.mypy], then the tests.
 test: $(STAMP) lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 

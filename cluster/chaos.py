@@ -21,7 +21,10 @@ right.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from engine.records import RequestRecord
 
 FAULT_KINDS = ("kill", "restart", "partition", "loss_burst", "slow_stage")
 
@@ -116,7 +119,9 @@ class ChaosReport:
         }
 
 
-def chaos_report(faults: list[Fault], requests, invariant_errors: list[str], node_errors: int) -> ChaosReport:
+def chaos_report(
+    faults: list[Fault], requests: Sequence[RequestRecord], invariant_errors: list[str], node_errors: int
+) -> ChaosReport:
     report = ChaosReport()
     for f in faults:
         report.injected[f.kind] = report.injected.get(f.kind, 0) + 1

@@ -16,7 +16,9 @@ would keep it under.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from statistics import median
+from typing import NamedTuple
 
 LIMIT = 0.10  # overhead above 10 % of the scaled step time is reported as distorted
 # The suggested time_scale leaves this much headroom below LIMIT: overhead
@@ -29,9 +31,20 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
 
 
-def step_distortion(timings: list[tuple], pp_size: int) -> dict | None:
-    """`timings`: (step_index, submitted, completed, modelled_s, run_s) of one
-    node, in submission order. None when no step with work came back."""
+class StepTimingRow(NamedTuple):
+    """One step of a node as the wall clock saw it (run seconds): a row of a
+    Ray result's `step_timings` (a list in its JSON)."""
+
+    step_index: int
+    submitted: float
+    completed: float | None  # None: it never came back
+    modelled_s: float
+    run_s: float
+
+
+def step_distortion(timings: Sequence[StepTimingRow], pp_size: int) -> dict[str, float] | None:
+    """`timings`: one node's steps, in submission order. None when no step
+    with work came back."""
     overheads: list[float] = []
     scaled: list[float] = []
     modelled: list[float] = []

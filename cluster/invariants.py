@@ -6,11 +6,20 @@ returned, no double free, nothing held or deferred)."""
 
 from __future__ import annotations
 
-from engine.records import TokenIds
+from collections.abc import Callable, Iterable, Sequence
+
+from engine.records import RequestRecord, TokenIds
+
+# The sampler's token id at (request id, output position): `DeterministicSampler.token_at`.
+TokenAt = Callable[[str, int], int]
 
 
 def check_tokens(
-    rec, token_at, eos_token_id: int, max_model_len: int | None = None, expected: list[int] | None = None
+    rec: RequestRecord,
+    token_at: TokenAt,
+    eos_token_id: int,
+    max_model_len: int | None = None,
+    expected: list[int] | None = None,
 ) -> list[str]:
     """`expected`: the sampler's ids at the record's positions, if the caller
     drew them already (`check_requests` draws them for many records at once)."""
@@ -51,7 +60,13 @@ def check_tokens(
     return errors
 
 
-def check_requests(records, token_at, eos_token_id: int, max_model_len: int | None, released_ids) -> list[str]:
+def check_requests(
+    records: Sequence[RequestRecord],
+    token_at: TokenAt,
+    eos_token_id: int,
+    max_model_len: int | None,
+    released_ids: Iterable[str],
+) -> list[str]:
     """Every request terminal; every token present once, in order, no gaps;
     every request of the workload released by the load driver."""
     errors: list[str] = []
@@ -74,7 +89,7 @@ def check_requests(records, token_at, eos_token_id: int, max_model_len: int | No
 _WINDOW_TOKENS = 1 << 18
 
 
-def _expected_ids(records, token_at) -> dict[str, list[int]]:
+def _expected_ids(records: Sequence[RequestRecord], token_at: TokenAt) -> dict[str, list[int]]:
     """The sampler's ids at the positions of every record holding a plain
     list of ids (a run's or a node's that steps one by one: each id was
     sampled and sent), drawn together when `token_at` is a sampler's (the

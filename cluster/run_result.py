@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from engine.records import RequestRecord, StepRecord
@@ -19,17 +20,19 @@ class RunResult:
     trace: list[tuple] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
-    def counters(self) -> dict[str, int]:
+    def counters(self) -> dict[str, float]:
         """Counters summed over nodes (peaks take the max)."""
         return sum_counters(self.node_counters.values())
 
-    def counters_for(self, role_prefix: str) -> dict[str, int]:
+    def counters_for(self, role_prefix: str) -> dict[str, float]:
         """The same over the nodes whose name starts with `role_prefix`."""
         return sum_counters(c for name, c in self.node_counters.items() if name.startswith(role_prefix))
 
 
-def sum_counters(per_node) -> dict[str, int]:
-    total: dict[str, int] = {}
+def sum_counters(per_node: Iterable[Mapping[str, object]]) -> dict[str, float]:
+    """Counters are ints but for a few times (a Ray run's `killed_at_s`, say):
+    float, to say so; other values (nested tables) are not summed."""
+    total: dict[str, float] = {}
     for counters in per_node:
         for k, v in counters.items():
             if isinstance(v, (int, float)):

@@ -4,9 +4,18 @@ with errors that name the field and the allowed values."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Sequence
+from typing import Annotated, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 
 from connector.link import LinkSpec
 from connector.pull_policy import KVFaultPolicy
@@ -48,7 +57,7 @@ MAX_RUN_S = 86_400.0  # a day of run time for timeouts, deadlines, holds
 MAX_SEED = 2**32 - 1  # numpy's SeedSequence and the link seeds take non-negative ints
 
 
-def _int_or_auto(v, handler, low: int, high: int):
+def _int_or_auto(v: object, handler: ValidatorFunctionWrapHandler, low: int, high: int) -> object:
     """One error for an int-or-"auto" field, not one per union branch."""
     if v == "auto":
         return v
@@ -95,7 +104,7 @@ class EngineSettings(_Strict):
 
     @field_validator("num_gpu_blocks", mode="wrap")
     @classmethod
-    def _blocks_or_auto(cls, v, handler):
+    def _blocks_or_auto(cls, v: object, handler: ValidatorFunctionWrapHandler) -> object:
         return _int_or_auto(v, handler, 2, MAX_BLOCKS)
 
     @model_validator(mode="after")
@@ -249,6 +258,14 @@ def _load_preset_file(path: str) -> dict:
     return data
 
 
+class NodePlan(NamedTuple):
+    """One node of a cluster, as a runtime builds it."""
+
+    role: str  # "prefill" | "decode"
+    spec: NodeSpec
+    group: NodeGroup
+
+
 class ClusterSpec(_Strict):
     prefill: NodeGroup = Field(default_factory=lambda: NodeGroup(count=1, engine=EngineSettings()))
     decode: NodeGroup = Field(default_factory=NodeGroup)
@@ -280,7 +297,7 @@ class ClusterSpec(_Strict):
 
     @field_validator("cost_model", mode="before")
     @classmethod
-    def _known_cost_model(cls, v):
+    def _known_cost_model(cls, v: object) -> object:
         if isinstance(v, str) and v.endswith(".json"):
             v = _load_preset_file(v)
         if isinstance(v, dict) and ("model" in v or "gpu" in v):
@@ -314,7 +331,7 @@ class ClusterSpec(_Strict):
 
     @field_validator("bytes_per_token", mode="wrap")
     @classmethod
-    def _bytes_or_auto(cls, v, handler):
+    def _bytes_or_auto(cls, v: object, handler: ValidatorFunctionWrapHandler) -> object:
         return _int_or_auto(v, handler, 1, 16 * 2**20)
 
     @field_validator("decode")
@@ -355,7 +372,7 @@ class ClusterSpec(_Strict):
             return get_cost_model(self.cost_model.model_dump())
         return get_cost_model(self.cost_model)
 
-    def prompt_hashes(self, request_id: str, prompt_len: int, segments) -> list[int]:
+    def prompt_hashes(self, request_id: str, prompt_len: int, segments: Sequence[tuple[int, int]]) -> list[int]:
         """A prompt's block hashes for prefix-aware routing (empty under other policies)."""
         if self.routing != "prefix_aware":
             return []
@@ -390,16 +407,17 @@ class ClusterSpec(_Strict):
             prompt_hashes=self.prompt_hashes,
         )
 
-    def node_specs(self, run_seed: int = 0) -> list[tuple[str, NodeSpec, NodeGroup]]:
-        """(role, spec, group) for every node: prefill-0.., decode-0..; the
-        nodes of run `run_seed` sample with the sampler's seed + `run_seed`."""
+    def node_specs(self, run_seed: int = 0) -> list[NodePlan]:
+        """Every node: prefill-0.., decode-0..; the nodes of run `run_seed`
+        sample with the sampler's seed + `run_seed`."""
         out = []
         disagg = self.disaggregated
         for role, group, kv_role in (("prefill", self.prefill, "kv_producer"), ("decode", self.decode, "kv_consumer")):
             for i in range(group.count):
                 e = group.engine
+                assert isinstance(e.num_gpu_blocks, int)  # "auto" is resolved at validation
                 out.append(
-                    (
+                    NodePlan(
                         role,
                         NodeSpec(
                             name=f"{role}-{i}",
@@ -423,6 +441,7 @@ class ClusterSpec(_Strict):
 
 __all__ = [
     "ClusterSpec",
+    "NodePlan",
     "NodeGroup",
     "EngineSettings",
     "LinkSettings",

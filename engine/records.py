@@ -161,7 +161,7 @@ class RequestRecord:
     remote_kv_wait_end: float | None = None
     # Arrival time of every output token at the client, in order.
     token_times: list[float] = field(default_factory=list)
-    output_token_ids: list[int] = field(default_factory=list)
+    output_token_ids: list[int] | TokenIds = field(default_factory=list)  # TokenIds: runs (in-process)
     finish_time: float | None = None
     finish_reason: str | None = None  # "stop", "length", "abort", "error", or None while running
     num_preemptions: int = 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from node.messages import ProxyMessage
 
@@ -19,6 +20,19 @@ from .client import ClientPort
 
 # A prompt's block hashes for prefix-aware routing: (request id, prompt length, segments) -> hashes.
 PromptHashes = Callable[[str, int, Sequence[tuple[int, int]]], list[int]]
+
+# vLLM's `kv_transfer_params`: the connector's own free-form mapping, which the
+# proxy carries from the prefill node's output to the decode node's request
+# untouched (over msgpack on Ray); its values are the connector's business.
+KVTransferParams = dict[str, Any]
+
+
+class TraceLog(Protocol):
+    """The run's event trace (`InProcCluster(trace=True)`): one event, its
+    name first (\"arrive\", \"finish\", \"reroute\", ...), then the request id and
+    what the event says of it (a node, a finish reason, a count, ...)."""
+
+    def __call__(self, *event: str | int | bool) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -35,5 +49,4 @@ class ProxyPorts:
     now: Callable[[], float]
     send: Callable[[str, ProxyMessage], None]
     client: ClientPort
-    # The run's event trace (`InProcCluster(trace=True)`): called with an event tuple.
-    log: Callable[..., None] | None = None
+    log: TraceLog | None = None

@@ -43,7 +43,7 @@ from node.messages import (
 )
 
 from .client import Finished, Submission
-from .ports import ProxyPorts, ProxySettings
+from .ports import KVTransferParams, ProxyPorts, ProxySettings
 from .requests import ProxiedRequest
 from .routing import PrefixIndex, Router
 from .token_runs import FirstScheduled, TokenRuns
@@ -121,7 +121,7 @@ class Proxy:
         req: ProxiedRequest,
         role: str,
         max_tokens: int,
-        params: dict | None,
+        params: KVTransferParams | None,
         prompt_extra: int = 0,
         event: str = "",
     ) -> None:
@@ -266,6 +266,8 @@ class Proxy:
                 self._tokens(req, ev.new_token_ids, now)
             self._finish(req, reason or "error")
             return
+        # A decode node's unfinished outputs never come here (on_node_events streams them).
+        assert reason is not None
         if ev.new_token_ids:
             self._tokens(req, ev.new_token_ids, now)
         assert reason is not None  # a decode node's unfinished outputs take the common path

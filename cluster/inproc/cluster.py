@@ -15,8 +15,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import replace
+from functools import partial
 from operator import attrgetter
-from typing import Any
 
 from connector.link import Link
 from decode_node.node import DecodeNode
@@ -34,7 +34,7 @@ from proxy.proxy import Proxy
 from ..chaos import ChaosConfig, Fault, chaos_report
 from ..invariants import check_requests
 from ..run_result import RunResult, kv_pull_summary
-from ..spec import ClusterSpec, NodeGroup
+from ..spec import ClusterSpec, LinkSettings, NodeGroup, NodePlan
 from .clock import EventLoop
 from .collector import collector_paused
 from .executor import VirtualPipelineExecutor
@@ -42,6 +42,7 @@ from .fast_forward import SteadyDecodeForwarder
 from .faults import schedule_chaos
 from .kv_transport import InProcKVTransport
 from .load_driver import LoadDriver
+from .observer import RunObserver
 from .proxy_links import InProcProxyLinks
 from .records import ClientRecords
 
@@ -53,7 +54,7 @@ class InProcCluster:
         seed: int = 0,
         debug_invariants: bool = False,
         trace: bool = False,
-        observer: Any = None,
+        observer: RunObserver | None = None,
     ) -> None:
         """`observer` (optional) gets `on_step(StepRecord)` for every step of
         every node and `on_request_finished(node_name, RequestRecord)`."""
@@ -92,10 +93,11 @@ class InProcCluster:
         )
         self.links.proxy = self.proxy
         self.driver = LoadDriver(self.loop, self.proxy, self.client)
-        self._specs: dict[str, tuple[str, NodeSpec, NodeGroup]] = {}
+        self._specs: dict[str, NodePlan] = {}
         self.restarts: dict[str, int] = {}
-        for role, node_spec, group in spec.node_specs(seed):
-            self._specs[node_spec.name] = (role, node_spec, group)
+        for plan in spec.node_specs(seed):
+            role, node_spec, group = plan
+            self._specs[node_spec.name] = plan
             node = self._build_node(role, node_spec, group)
             (self.prefill_nodes if role == "prefill" else self.decode_nodes).append(node)
             self.nodes[node.name] = node
@@ -104,7 +106,7 @@ class InProcCluster:
             self.links.connect(n, self._new_link(spec.links.proxy))
         self.eos_token_id = self.decode_nodes[0].core.eos_token_id
 
-    def _new_link(self, settings) -> Link:
+    def _new_link(self, settings: LinkSettings) -> Link:
         self._link_seed += 1
         return Link(settings.to_spec(), seed=self._link_seed)
 
@@ -114,7 +116,7 @@ class InProcCluster:
             self._kv_links[key] = self._new_link(self.spec.links.kv)
         return self._kv_links[key]
 
-    def _log(self, *event) -> None:
+    def _log(self, *event: str | int | bool) -> None:
         self.trace.append((round(self.loop.now(), 9), *event))
 
     # -- what clients and servers use ------------------------------------------------------
@@ -160,7 +162,7 @@ class InProcCluster:
         ports = NodePorts(
             clock=self.loop,
             executor=executor,
-            emit=lambda events, name=node_spec.name: self.links.from_node(name, events),
+            emit=partial(self.links.from_node, node_spec.name),
             sampler=self._sampler,
         )
         if role == "prefill":
@@ -174,8 +176,8 @@ class InProcCluster:
             node_spec.name,
             self.loop,
             self._producers,
-            self._kv_link,  # type: ignore[arg-type]
-            self.spec.bytes_per_token,
+            self._kv_link,
+            self._settings.bytes_per_token,
         )
         node = DecodeNode(node_spec, self._settings, ports, kv, self._on_step, self._debug_invariants)
         node.loop.keep_timings = False  # on the virtual clock every step takes its run time exactly

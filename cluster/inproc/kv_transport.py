@@ -20,8 +20,8 @@ The retry policy is the node's, not this transport's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from typing import Protocol, TypeGuard
 
 from connector.link import Direction, Link
 from connector.transport import (
@@ -48,7 +48,7 @@ DONE_BYTES = 64
 _ACCESS_CONTROLLED: dict[type, bool] = {}
 
 
-def _access_controlled(producer: object) -> bool:
+def _access_controlled(producer: object) -> TypeGuard[KVAccessControl]:
     """`isinstance(producer, KVAccessControl)`, asked once per class: a
     runtime protocol check walks the protocol's members on every call, and
     this runs for every pull and every done report."""
@@ -56,6 +56,12 @@ def _access_controlled(producer: object) -> bool:
     if known is None:
         known = _ACCESS_CONTROLLED[type(producer)] = isinstance(producer, KVAccessControl)
     return known
+
+
+def _authorize(producer: object, request_id: str, ticket: str, consumer: str) -> None:
+    """A producer that checks who may pull (`KVAccessControl`) checks it here."""
+    if _access_controlled(producer):
+        producer.authorize(request_id, ticket, consumer)
 
 
 class Producer(KVServeEndpoint, Protocol):
@@ -68,7 +74,7 @@ class InProcKVTransport:
         self,
         consumer: str,
         loop: EventLoop,
-        producers: dict[str, Producer],
+        producers: Mapping[str, Producer],
         link_to: Callable[[str, str], Link],
         bytes_per_token: int,
     ) -> None:
@@ -108,8 +114,7 @@ class InProcKVTransport:
             return
         link = self._link(attempt.remote_address)
         try:
-            if _access_controlled(producer):
-                producer.authorize(attempt.remote_request_id, attempt.ticket, self.consumer)
+            _authorize(producer, attempt.remote_request_id, attempt.ticket, self.consumer)
             num_tokens = producer.check_blocks(attempt.remote_request_id, attempt.remote_block_ids)
         except (UnknownRequestError, UnknownBlockError, KVAccessDenied) as err:
             answer = link.transit(now, ANSWER_BYTES, Direction.REVERSE)
@@ -149,8 +154,7 @@ class InProcKVTransport:
             return
         refused = False
         try:
-            if _access_controlled(producer):
-                producer.authorize(report.remote_request_id, report.ticket, self.consumer)
+            _authorize(producer, report.remote_request_id, report.ticket, self.consumer)
         except (UnknownRequestError, KVAccessDenied):
             refused = True
         key = (report.remote_address, report.remote_request_id)

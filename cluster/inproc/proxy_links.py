@@ -13,7 +13,8 @@ reach `Proxy.on_steady_tokens` with the node's first scheduled times."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import cast
 
 from connector.link import Link, ReliableLine
 from engine.outputs import SteadyTokens
@@ -57,33 +58,38 @@ class InProcProxyLinks:
         assert self.proxy is not None
         for m in self.proxy.deliverable(name, [message]):
             node = self.nodes[name]
-            if type(m) is RequestMessage:
+            if isinstance(m, RequestMessage):
                 node.on_requests([m])
-            elif type(m) is AbortMessage:
+            elif isinstance(m, AbortMessage):
                 node.abort(m.request_ids)
             elif isinstance(node, PrefillNode):  # a release: only prefill nodes hold prompts for others
                 node.release(m.request_ids)
 
     # -- node -> proxy ------------------------------------------------------------------
-    def from_node(self, name: str, events: list[NodeEvent]) -> None:
-        """A node's outbox (`NodePorts.emit`)."""
+    def from_node(self, name: str, events: Sequence[NodeEvent | SteadyTokens]) -> None:
+        """A node's outbox (`NodePorts.emit`); an in-process node's may lead
+        with a `SteadyTokens` (node/role.py)."""
         n = len(events)
-        if events and type(events[0]) is SteadyTokens:  # one output per request it names
-            n += len(events[0].request_ids) - 1
+        first = events[0] if events else None
+        if isinstance(first, SteadyTokens):  # one output per request it names
+            n += len(first.request_ids) - 1
         arrival = self._from_node[name].transit(self.loop.now(), OUTPUT_BYTES * n)
         if arrival is None:
             self.loop.call_soon(self.on_broken, name)
             return
         self.loop.at(arrival, self._receive, self.nodes[name], events)
 
-    def _receive(self, node: NodeRole, events: list) -> None:
+    def _receive(self, node: NodeRole, events: Sequence[NodeEvent | SteadyTokens]) -> None:
         assert self.proxy is not None
-        if events and type(events[0]) is SteadyTokens:
-            ids = events[0].request_ids
-            self.proxy.on_steady_tokens(node.name, ids, [self.loop.now()], None, node.core.first_scheduled_time)
+        first = events[0] if events else None
+        if isinstance(first, SteadyTokens):
+            self.proxy.on_steady_tokens(
+                node.name, first.request_ids, [self.loop.now()], None, node.core.first_scheduled_time
+            )
             events = events[1:]
         if events:
-            self.proxy.on_node_events(node.name, events)
+            # A SteadyTokens only ever leads a batch (node/role.py): the rest are events.
+            self.proxy.on_node_events(node.name, cast(list[NodeEvent], events))
 
     def steady_outputs(
         self,

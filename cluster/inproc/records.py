@@ -6,16 +6,17 @@ KV wait, the finish)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from engine.records import RequestRecord, TokenIds, WorkloadRequest
 from engine.sampler import DeterministicSampler
 from node.messages import KVEvent
 from proxy.client import Finished
 
+from .observer import RunObserver
+
 
 class ClientRecords:
-    def __init__(self, sampler: DeterministicSampler, observer: Any = None) -> None:
+    def __init__(self, sampler: DeterministicSampler, observer: RunObserver | None = None) -> None:
         self.sampler = sampler
         self.observer = observer
         self.records: dict[str, RequestRecord] = {}
@@ -55,7 +56,7 @@ class ClientRecords:
     def token_run(self, request_id: str, first: int, times: list[float]) -> None:
         rec = self.records[request_id]
         out = rec.output_token_ids
-        if type(out) is not TokenIds:
+        if not isinstance(out, TokenIds):
             out = rec.output_token_ids = TokenIds(out)
         out.add_run(self.sampler.token_at, request_id, rec.prompt_len, first, len(times))
         rec.token_times.extend(times)

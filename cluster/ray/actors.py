@@ -24,15 +24,17 @@ from dataclasses import replace
 from cluster.ray.env import ray
 from cluster.wall.node_host import WallNodeHost, WallNodeSettings
 from cluster.wall.stage_worker import StageStreamExecutor, StageWorker
+from connector.link import LinkSpec
 from engine.node_core import NodeSpec
-from engine.records import StepRecord
+from engine.records import RequestRecord, StepRecord
 from node.role import NodeReport
 
+from .handles import ActorInfo, ActorRef, spawn
 from .observe import ActorObservation, ObserverFactory
 from .placement import colocated_options, current_node_id
 
 
-def _where() -> dict:
+def _where() -> ActorInfo:
     return {"ray_node_id": current_node_id(), "pid": os.getpid(), "cpu_s": time.process_time()}
 
 
@@ -51,19 +53,18 @@ class _NodeShell:
         if self.observation is not None:
             self.observation.on_step(step)
 
-    def _start_observation(self) -> dict:
+    def _start_observation(self) -> None:
         """The node's exporter and stats logger, fed from its own steps."""
         if self._observer_factory is not None:
             self.observation = ActorObservation(self._observer_factory, self._index, self.host.node)
             self.observation.start()
-        return {}
 
     async def begin(self, start_wall: float, proxy_address: tuple[str, int]) -> None:
         await self.host.begin(start_wall, (proxy_address[0], int(proxy_address[1])))
         if self.observation is not None:
             self.observation.begin()
 
-    async def observe_requests(self, records: list) -> None:
+    async def observe_requests(self, records: list[RequestRecord]) -> None:
         """Finished requests this node served, for its latency histograms."""
         if self.observation is not None:
             self.observation.observe_requests(records)
@@ -77,7 +78,7 @@ class _NodeShell:
 
     async def report(self) -> NodeReport:
         report = self.host.report()
-        report.where = _where()
+        report.where = dict(_where())
         if self.observation is not None:
             self.observation.refresh()  # the exposition shows the counters just reported
             report.observer_errors = list(self.observation.errors)
@@ -128,9 +129,10 @@ class PrefillNodeActor(_NodeShell):
         settings = replace(settings, kv_host=ray.util.get_node_ip_address())
         self.host = WallNodeHost("prefill", spec, settings, on_step=self._on_step)
 
-    async def start(self) -> dict:
+    async def start(self) -> ActorInfo:
         address = await self.host.start()
-        return {"name": self.host.name, "address": address, **self._start_observation(), **_where()}
+        self._start_observation()
+        return {"name": self.host.name, "address": address, **_where()}
 
 
 @ray.remote(num_cpus=0)
@@ -141,7 +143,7 @@ class StageWorkerActor:
         pp_size: int,
         sampler_seed: int,
         stop_probability: float,
-        link_to_next,
+        link_to_next: LinkSpec,
         link_seed: int,
         secret: bytes | None = None,
     ) -> None:
@@ -156,7 +158,7 @@ class StageWorkerActor:
             secret=secret,
         )
 
-    async def ready(self) -> dict:
+    async def ready(self) -> ActorInfo:
         return _where()
 
     async def serve(self) -> tuple[str, int]:
@@ -165,7 +167,7 @@ class StageWorkerActor:
     async def connect_next(self, address: tuple[str, int]) -> None:
         await self.worker.connect_next(*address)
 
-    async def begin(self, start_wall: float) -> dict:
+    async def begin(self, start_wall: float) -> ActorInfo:
         self.worker.begin(start_wall)
         return _where()
 
@@ -190,22 +192,24 @@ class DecodeNodeActor(_NodeShell):
         self.spec = spec
         self.settings = settings
         self.stage_name_prefix = stage_name_prefix
-        self.stages: list = []
+        self.stages: list[ActorRef] = []
         self.stage_addresses: list[tuple[str, int]] = []
         self.runner = StageStreamExecutor(pp_size=spec.pipeline_parallel_size, secret=settings.secret)
         self.host = WallNodeHost("decode", spec, settings, runner=self.runner, on_step=self._on_step)
 
-    async def start(self) -> dict:
+    async def start(self) -> ActorInfo:
         """Start the pipeline stages on this machine and chain them."""
         pp = self.spec.pipeline_parallel_size
         s = self.settings
         placement = colocated_options(current_node_id())
         for index in range(pp):
-            options = dict(placement)
+            options: dict[str, object] = dict(placement)
             if self.stage_name_prefix:
                 options["name"] = f"{self.stage_name_prefix}-stage{index}"
             self.stages.append(
-                StageWorkerActor.options(**options).remote(
+                spawn(
+                    StageWorkerActor,
+                    options,
                     index,
                     pp,
                     self.spec.sampler_seed,
@@ -219,18 +223,18 @@ class DecodeNodeActor(_NodeShell):
         await asyncio.gather(*(self.stages[i].connect_next.remote(self.stage_addresses[i + 1]) for i in range(pp - 1)))
         stage_where = await asyncio.gather(*(st.ready.remote() for st in self.stages))
         self.runner.set_addresses(self.stage_addresses[0], self.stage_addresses[-1])
-        return {
+        info: ActorInfo = {
             "name": self.host.name,
             "stages": self.stage_addresses,
             "stage_ray_node_ids": [w["ray_node_id"] for w in stage_where],
-            **self._start_observation(),
-            **_where(),
         }
+        self._start_observation()
+        return {**info, **_where()}
 
-    async def begin(self, start_wall: float, proxy_address: tuple[str, int]) -> list[dict]:
-        where = await asyncio.gather(*(stage.begin.remote(start_wall) for stage in self.stages))
+    async def begin(self, start_wall: float, proxy_address: tuple[str, int]) -> None:
+        # The stages' answers (where they run) were had at `start`: nobody reads them again.
+        await asyncio.gather(*(stage.begin.remote(start_wall) for stage in self.stages))
         await super().begin(start_wall, proxy_address)
-        return list(where)
 
     async def stop(self) -> None:
         await self._close_observation()

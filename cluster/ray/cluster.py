@@ -26,16 +26,29 @@ import shutil
 import signal
 import tempfile
 import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, TypedDict
 
 from cluster.ray.env import ray, use_local_loopback_auth
 
 from . import processes as ray_processes
+from .handles import ActorRef
 from .placement import LOCAL_ROLE_UNITS, ROLE_RESOURCES, current_node_id
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_OBJECT_STORE_BYTES = 256 << 20
 DEFAULT_NAMESPACE = "disagg-sim"
+
+
+class _InitArgs(TypedDict, total=False):
+    """`ray.init`'s arguments a launched and an attached cluster share."""
+
+    namespace: str
+    log_to_driver: bool
+    logging_level: int
+    _node_ip_address: str  # attached only, and only if given
 
 
 class RayClusterHandle:
@@ -81,9 +94,9 @@ class RayClusterHandle:
         self.closed = False
         self.leftover_pids: set[int] = set()
         self.ray_pids: set[int] = set()
-        self._actors: list = []
+        self._actors: list[ActorRef] = []
         self._preexisting: set[int] = set()
-        self._previous_sigterm = None
+        self._previous_sigterm: signal.Handlers | int | Callable[[int, FrameType | None], object] | None = None
         self._run_counter = 0
 
     # -- lifecycle ---------------------------------------------------------------
@@ -91,7 +104,7 @@ class RayClusterHandle:
         self.start()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def start(self) -> RayClusterHandle:
@@ -99,7 +112,7 @@ class RayClusterHandle:
             return self
         if ray.is_initialized():
             raise RuntimeError("Ray is already initialised in this process; use one RayClusterHandle at a time")
-        common = dict(namespace=self.namespace, log_to_driver=self.log_to_driver, logging_level=logging.WARNING)
+        common = _InitArgs(namespace=self.namespace, log_to_driver=self.log_to_driver, logging_level=logging.WARNING)
         if self.launched:
             self._preexisting = ray_processes.descendants()
             self.temp_dir = self._temp_dir_arg or tempfile.mkdtemp(prefix="dsr-", dir="/tmp")
@@ -141,11 +154,11 @@ class RayClusterHandle:
                 self._reap()
 
     # -- actors ------------------------------------------------------------------
-    def track(self, actor) -> None:
+    def track(self, actor: ActorRef) -> None:
         """Kill this actor when the handle closes (if nobody did before)."""
         self._actors.append(actor)
 
-    def untrack(self, actor) -> None:
+    def untrack(self, actor: ActorRef) -> None:
         self._actors = [a for a in self._actors if a is not actor]
 
     def next_run_name(self) -> str:
@@ -156,7 +169,8 @@ class RayClusterHandle:
     def cluster_resources(self) -> dict[str, float]:
         return dict(ray.cluster_resources())
 
-    def nodes(self) -> list[dict]:
+    def nodes(self) -> list[dict[str, Any]]:
+        """Ray's own description of each live node (`ray.nodes()`, as Ray returns it)."""
         return [n for n in ray.nodes() if n.get("Alive")]
 
     @property
@@ -202,7 +216,7 @@ class RayClusterHandle:
         if threading.current_thread() is not threading.main_thread():
             return
 
-        def on_sigterm(signum, frame):
+        def on_sigterm(signum: int, frame: FrameType | None) -> None:
             raise KeyboardInterrupt("SIGTERM")
 
         self._previous_sigterm = signal.signal(signal.SIGTERM, on_sigterm)

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from cluster.wall.clock import RunClock
 from engine.records import RequestRecord, WorkloadRequest
 from proxy.client import Arrived, ClientEvent, Finished, Submission, apply_to_record
+
+from .handles import ActorRef
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +89,8 @@ class LoadDriver:
             self.submit(batch)
 
     # -- the client stream ----------------------------------------------------------
-    async def consume(self, stream) -> None:
+    async def consume(self, stream: AsyncIterator[ActorRef]) -> None:
+        """The proxy's `stream` (a Ray streaming generator): a ref per batch of client events."""
         async for ref in stream:
             self.handle(await ref)
 

@@ -34,8 +34,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from cluster.wall.clock import RunClock
 from engine.records import RequestRecord, StepRecord
 from node.role import NodeRole
+
+from .handles import ActorRef
 
 logger = logging.getLogger(__name__)
 stats_logger = logging.getLogger("disagg_sim.stats")
@@ -143,12 +146,14 @@ class DriverObservation:
     the nodes' stats lines (to the driver's log) and expositions (to
     `on_exposition`) while the run goes on."""
 
-    def __init__(self, nodes: dict[str, object], clock, on_exposition: ExpositionSink | None = None) -> None:
-        self.nodes = nodes  # name -> node actor handle
+    def __init__(
+        self, nodes: dict[str, ActorRef], clock: RunClock, on_exposition: ExpositionSink | None = None
+    ) -> None:
+        self.nodes = nodes
         self.clock = clock
         self.on_exposition = on_exposition
         self.lines: list[tuple[float, str]] = []  # (run time the driver logged it, line)
-        self._pending: list = []
+        self._pending: list[ActorRef] = []  # refs of `observe_requests` calls not yet awaited
         self._dead: set[str] = set()
 
     def forget(self, name: str) -> None:

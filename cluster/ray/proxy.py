@@ -22,18 +22,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol, TypedDict
 
 from cluster.ray.env import ray
 from cluster.wall.auth import AuthError, challenge
 from cluster.wall.clock import RunClock
 from cluster.wall.frames import FrameConnection, FrameError, serve
 from cluster.wall.proxy_links import settings_for, wall_proxy
-from node.messages import ProxyMessage
+from node.messages import ProxyMessage, RequestMessage
 from proxy.client import ClientEvent, Submission
 
 from ..spec import ClusterSpec
+from .handles import ActorInfo, ActorRef
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class ProxyServer:
         if conn is None:
             self._unsent.setdefault(node, []).append(messages)  # not connected yet
         elif not conn.send(["req", [m.to_wire() for m in messages]]):
-            self.proxy.send_failed(node, [m.request_id for m in messages if hasattr(m, "request_id")])
+            self.proxy.send_failed(node, [m.request_id for m in messages if isinstance(m, RequestMessage)])
 
     async def close(self) -> None:
         self.closing = True
@@ -151,6 +152,20 @@ class FrontDoor(Protocol):
 FrontFactory = Callable[..., Awaitable[FrontDoor]]
 
 
+class ProxyStats(TypedDict, total=False):
+    """What the proxy actor reports at the end of a run (into the results' `extra`);
+    all but `proxy_cpu_s` only if it began routing."""
+
+    proxy_cpu_s: float
+    proxy_messages_in: int
+    outstanding: dict[str, int]  # node -> requests the proxy still counts there
+    routed: dict[str, int]  # node -> requests sent there
+    failures: dict[str, str]  # request id -> why it finished with "error"
+    rerouted: dict[str, int]  # request id -> times re-routed
+    events_rejected: int
+    connections_refused: int
+
+
 @ray.remote(num_cpus=0)
 class ProxyActor:
     def __init__(self) -> None:
@@ -158,16 +173,27 @@ class ProxyActor:
         self._events: list[ClientEvent] = []
         self._published = asyncio.Event()
         self._closed = False
-        self._watches: list[asyncio.Future] = []
+        self._watches: list[asyncio.Future[None]] = []
         # Serving: client events go here instead of the driver's stream.
         self.on_events: Callable[[list[ClientEvent]], None] | None = None
         self.front: FrontDoor | None = None
 
-    async def ready(self) -> dict:
+    async def ready(self) -> ActorInfo:
         return {"name": "proxy", "ray_node_id": ray.get_runtime_context().get_node_id()}
 
+    def _server(self) -> ProxyServer:
+        if self.server is None:
+            raise RuntimeError("the proxy actor has not begun (call begin first)")
+        return self.server
+
     async def begin(
-        self, spec_json: str, seed: int, start_wall: float, prefill: dict, decode: dict, secret: bytes | None = None
+        self,
+        spec_json: str,
+        seed: int,
+        start_wall: float,
+        prefill: dict[str, ActorRef],
+        decode: dict[str, ActorRef],
+        secret: bytes | None = None,
     ) -> tuple[str, int]:
         """Start routing; returns the address the nodes connect to."""
         spec = ClusterSpec.model_validate_json(spec_json)
@@ -179,7 +205,7 @@ class ProxyActor:
             self._watches.append(asyncio.ensure_future(self._watch(name, handle)))
         return address
 
-    async def _watch(self, name: str, handle) -> None:
+    async def _watch(self, name: str, handle: ActorRef) -> None:
         try:
             await handle.wait_stopped.remote()
         except asyncio.CancelledError:
@@ -187,7 +213,7 @@ class ProxyActor:
         except Exception:  # ActorDiedError and kin: the node is gone
             pass
         if not self._closed:
-            self.server.node_gone(name)
+            self._server().node_gone(name)
 
     def _publish(self, events: list[ClientEvent]) -> None:
         if events and self.on_events is not None:
@@ -197,9 +223,9 @@ class ProxyActor:
             self._published.set()
 
     async def submit(self, items: list[Submission]) -> None:
-        self.server.submit(items)
+        self._server().submit(items)
 
-    async def stream(self):
+    async def stream(self) -> AsyncIterator[list[ClientEvent]]:
         """Client events in batches, until `close_stream`."""
         while True:
             await self._published.wait()
@@ -232,22 +258,24 @@ class ProxyActor:
             await front.close()
         self.on_events = None
 
-    async def close_stream(self) -> dict:
+    async def close_stream(self) -> ProxyStats:
         self._closed = True
         self._published.set()
         for watch in self._watches:
             watch.cancel()
-        stats = {"proxy_cpu_s": time.process_time()}
+        stats: ProxyStats = {"proxy_cpu_s": time.process_time()}
         if self.server is not None:
             await self.server.close()
             router = self.server.proxy
             stats.update(
-                proxy_messages_in=self.server.messages_in,
-                outstanding=dict(router.outstanding),
-                routed=dict(router.routed),
-                failures=dict(router.failures),
-                rerouted=dict(router.rerouted),
-                events_rejected=router.events_rejected,
-                connections_refused=self.server.connections_refused,
+                {
+                    "proxy_messages_in": self.server.messages_in,
+                    "outstanding": dict(router.outstanding),
+                    "routed": dict(router.routed),
+                    "failures": dict(router.failures),
+                    "rerouted": dict(router.rerouted),
+                    "events_rejected": router.events_rejected,
+                    "connections_refused": self.server.connections_refused,
+                }
             )
         return stats

@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 
 from cluster.ray.env import ray
 from cluster.wall.auth import new_run_secret
@@ -43,17 +42,19 @@ from cluster.wall.clock import RunClock
 from cluster.wall.node_host import WallNodeSettings
 from engine.records import WorkloadRequest
 from engine.sampler import DeterministicSampler
+from node.role import NodeReport
 
-from ..distortion import step_distortion, summarize
+from ..distortion import StepTimingRow, step_distortion, summarize
 from ..invariants import check_requests
 from ..run_result import RunResult, kv_pull_summary
 from ..spec import ClusterSpec
 from .actors import DecodeNodeActor, PrefillNodeActor
 from .cluster import RayClusterHandle
-from .driver import LoadDriver
+from .driver import LoadDriver, Progress
+from .handles import ActorInfo, ActorRef, spawn
 from .observe import DriverObservation, ExpositionSink, ObserverFactory
 from .placement import describe_placement, node_actor_options, pinned_options
-from .proxy import ProxyActor
+from .proxy import ProxyActor, ProxyStats
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,11 @@ CALL_TIMEOUT_S = 60.0  # actor start-up and control calls (not the run itself)
 START_LEAD_S = 0.25  # t = 0 lies this far after the actors are told, so all start together
 
 
-def parse_faults(faults: list | None, spec: ClusterSpec) -> list[tuple[str, float]]:
+# A kill the caller scheduled: {"kill": <node name>, "at": <run seconds>}, as a scenario spells it.
+FaultSpec = dict[str, object]
+
+
+def parse_faults(faults: list[FaultSpec] | None, spec: ClusterSpec) -> list[tuple[str, float]]:
     names = [ns.name for _, ns, _ in spec.node_specs()]
     out = []
     for i, fault in enumerate(faults or []):
@@ -82,8 +87,8 @@ def run_ray(
     seed: int = 0,
     max_concurrency: int | None = None,
     address: str | None = None,
-    faults: list | None = None,
-    progress: Callable[[dict], None] | None = None,
+    faults: list[FaultSpec] | None = None,
+    progress: Progress | None = None,
     *,
     handle: RayClusterHandle | None = None,
     timeout_s: float | None = None,
@@ -174,10 +179,10 @@ class _RayRun:
         self.name = handle.next_run_name()
         if kv_hold_timeout_s is not None:
             self.spec = spec = spec.model_copy(update={"kv_hold_timeout_s": kv_hold_timeout_s})
-        self.nodes: dict[str, object] = {}  # name -> actor handle
+        self.nodes: dict[str, ActorRef] = {}
         self.roles: dict[str, str] = {}
-        self.info: dict[str, dict] = {}
-        self.proxy = None
+        self.info: dict[str, ActorInfo] = {}
+        self.proxy: ActorRef | None = None
         self.killed: dict[str, float] = {}
         # One secret per run, handed to every actor in its constructor
         # arguments (Ray's own channels; never logged): docs/security.md.
@@ -199,41 +204,45 @@ class _RayRun:
             actor_name = f"{self.name}-{node_spec.name}"
             options = {"name": actor_name, **node_actor_options(role, resources)}
             if role == "prefill":
-                actor = PrefillNodeActor.options(**options).remote(
-                    node_spec, self._settings(index), self.observer_factory, index
-                )
+                actor = spawn(PrefillNodeActor, options, node_spec, self._settings(index), self.observer_factory, index)
             else:
-                actor = DecodeNodeActor.options(**options).remote(
-                    node_spec, self._settings(index), actor_name, self.observer_factory, index
+                actor = spawn(
+                    DecodeNodeActor, options, node_spec, self._settings(index), actor_name, self.observer_factory, index
                 )
             self.handle.track(actor)
             self.nodes[node_spec.name] = actor
             self.roles[node_spec.name] = role
-        self.proxy = ProxyActor.options(
-            name=f"{self.name}-proxy", **pinned_options(self.handle.driver_node_id)
-        ).remote()
-        self.handle.track(self.proxy)
+        proxy = self.proxy = spawn(
+            ProxyActor, {"name": f"{self.name}-proxy", **pinned_options(self.handle.driver_node_id)}
+        )
+        self.handle.track(proxy)
         # Every process up and imported before the run's clock starts.
-        infos = ray.get(
-            [a.start.remote() for a in self.nodes.values()] + [self.proxy.ready.remote()], timeout=CALL_TIMEOUT_S
+        infos: list[ActorInfo] = ray.get(
+            [a.start.remote() for a in self.nodes.values()] + [proxy.ready.remote()], timeout=CALL_TIMEOUT_S
         )
         self.info = {info["name"]: info for info in infos}
 
+    def proxy_actor(self) -> ActorRef:
+        if self.proxy is None:
+            raise RuntimeError(f"run {self.name}: not launched")
+        return self.proxy
+
     async def drive(
         self,
-        workload,
-        max_concurrency,
-        kills,
-        progress,
-        stall_timeout_s,
-        timeout_s,
-        quiesce_timeout_s,
-        keep_step_timings,
+        workload: list[WorkloadRequest],
+        max_concurrency: int | None,
+        kills: list[tuple[str, float]],
+        progress: Progress | None,
+        stall_timeout_s: float,
+        timeout_s: float | None,
+        quiesce_timeout_s: float,
+        keep_step_timings: bool,
     ) -> RunResult:
         start_wall = time.time() + START_LEAD_S
         by_role = {r: {n: a for n, a in self.nodes.items() if self.roles[n] == r} for r in ("prefill", "decode")}
+        proxy = self.proxy_actor()
         proxy_address = await asyncio.wait_for(
-            self.proxy.begin.remote(
+            proxy.begin.remote(
                 self.spec.model_dump_json(), self.seed, start_wall, by_role["prefill"], by_role["decode"], self.secret
             ),
             CALL_TIMEOUT_S,
@@ -247,14 +256,14 @@ class _RayRun:
             DriverObservation(self.nodes, clock, self.on_exposition) if self.observer_factory is not None else None
         )
         driver = LoadDriver(
-            self.proxy.submit.remote,
+            proxy.submit.remote,
             workload,
             clock,
             max_concurrency,
             progress,
             on_finished=obs.on_finished if obs is not None else None,
         )
-        stream = self.proxy.stream.options(num_returns="streaming").remote()
+        stream = proxy.stream.options(num_returns="streaming").remote()
         consumer = asyncio.ensure_future(driver.consume(stream))
         tasks = [asyncio.ensure_future(driver.release_all())]
         if obs is not None:
@@ -267,7 +276,7 @@ class _RayRun:
         duration = max(ends) if completed and ends else clock.now()
         for task in tasks:
             task.cancel()
-        proxy_stats = await asyncio.wait_for(self.proxy.close_stream.remote(), CALL_TIMEOUT_S)
+        proxy_stats: ProxyStats = await asyncio.wait_for(proxy.close_stream.remote(), CALL_TIMEOUT_S)
         try:
             await asyncio.wait_for(consumer, 5.0)
         except (TimeoutError, Exception):
@@ -306,12 +315,12 @@ class _RayRun:
     def _result(
         self,
         driver: LoadDriver,
-        workload,
-        reports: dict,
-        quiet: dict,
+        workload: list[WorkloadRequest],
+        reports: dict[str, NodeReport | BaseException],
+        quiet: dict[str, bool | BaseException],
         duration: float,
         completed: bool,
-        proxy_stats: dict,
+        proxy_stats: ProxyStats,
         keep_step_timings: bool,
     ) -> RunResult:
         spec = self.spec
@@ -337,7 +346,7 @@ class _RayRun:
         node_counters: dict[str, dict] = {}
         steps = []
         violations: list[dict] = []
-        timings: dict[str, list] = {}
+        timings: dict[str, list[StepTimingRow]] = {}
         cpu: dict[str, float] = {}
         observer_errors: list[str] = []
         for name in self.nodes:
@@ -355,7 +364,9 @@ class _RayRun:
             steps.extend(report.steps)
             violations.extend(report.violations)
             errors.extend(report.invariant_errors)
-            timings[name] = [(t.step_index, t.submitted, t.completed, t.modelled_s, t.run_s) for t in report.timings]
+            timings[name] = [
+                StepTimingRow(t.step_index, t.submitted, t.completed, t.modelled_s, t.run_s) for t in report.timings
+            ]
             observer_errors.extend(report.observer_errors)
             cpu[name] = round(report.where["cpu_s"] - self.info.get(name, {}).get("cpu_s", 0.0), 3)
         steps.sort(key=lambda s: (s.time, s.node))
@@ -394,9 +405,9 @@ class _RayRun:
     def _pp_size(self, name: str) -> int:
         return self.spec.decode.pp_size if name.startswith("decode") else self.spec.prefill.pp_size
 
-    def _placement(self) -> dict[str, str]:
+    def _placement(self) -> dict[str, str | None]:
         """Actor -> Ray node id (proxy, nodes, and each decode node's stages)."""
-        out = {}
+        out: dict[str, str | None] = {}
         for name, info in self.info.items():
             out[name] = info.get("ray_node_id")
             for i, node_id in enumerate(info.get("stage_ray_node_ids", [])):

@@ -29,6 +29,7 @@ from cluster.ray.env import ray
 
 from ..spec import ClusterSpec
 from .cluster import RayClusterHandle
+from .handles import ActorRef
 from .observe import ObserverFactory
 from .proxy import FrontFactory
 from .runtime import CALL_TIMEOUT_S, START_LEAD_S, _RayRun
@@ -54,7 +55,7 @@ class RayServing:
         self.port: int | None = None
 
     @property
-    def nodes(self) -> dict[str, Any]:
+    def nodes(self) -> dict[str, ActorRef]:
         return self.run.nodes
 
     def start(self) -> int:
@@ -64,24 +65,27 @@ class RayServing:
             run.launch()
             start_wall = time.time() + START_LEAD_S
             roles = {r: {n: a for n, a in run.nodes.items() if run.roles[n] == r} for r in ("prefill", "decode")}
+            proxy = run.proxy_actor()
             proxy_address = ray.get(
-                run.proxy.begin.remote(
+                proxy.begin.remote(
                     run.spec.model_dump_json(), run.seed, start_wall, roles["prefill"], roles["decode"], run.secret
                 ),
                 timeout=CALL_TIMEOUT_S,
             )
             ray.get([a.begin.remote(start_wall, proxy_address) for a in run.nodes.values()], timeout=CALL_TIMEOUT_S)
-            self.port = ray.get(
-                run.proxy.serve_front.remote(self.front_factory, dict(run.nodes), *self.front_args),
+            port: int = ray.get(
+                proxy.serve_front.remote(self.front_factory, dict(run.nodes), *self.front_args),
                 timeout=CALL_TIMEOUT_S,
             )
+            self.port = port
         except BaseException:
             self.close()
             raise
-        return self.port
+        return port
 
     def query(self, name: str, *args: Any, timeout_s: float = CALL_TIMEOUT_S) -> Any:
-        return ray.get(self.run.proxy.front_query.remote(name, *args), timeout=timeout_s)
+        """The front door's answer (`FrontDoor.query`), pickled across Ray: its shape is the query's."""
+        return ray.get(self.run.proxy_actor().front_query.remote(name, *args), timeout=timeout_s)
 
     def close(self) -> None:
         """Stop the front door (open requests are aborted), then every actor of the run."""

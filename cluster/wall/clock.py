@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 # The last stretch of a sleep is slept in a thread (time.sleep is precise to
 # ~0.1 ms); what comes before it on asyncio's coarse timer.
@@ -94,9 +96,9 @@ class WallClock:
     def now(self) -> float:
         return self.run_clock.now()
 
-    def call_soon(self, fn, *args) -> None:
+    def call_soon(self, fn: Callable[..., object], *args: Any) -> None:
         asyncio.get_running_loop().call_soon(fn, *args)
 
-    def call_at(self, t: float, fn, *args) -> asyncio.TimerHandle:
+    def call_at(self, t: float, fn: Callable[..., object], *args: Any) -> asyncio.TimerHandle:
         # The loop's clock is time.monotonic(), as the run clock's epoch is.
         return asyncio.get_running_loop().call_at(self.run_clock.epoch + t, fn, *args)

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from connector.link import DelayLine, ReliableLine
 
@@ -19,13 +20,15 @@ from .clock import RunClock
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
 
-class DelayedMailbox:
+
+class DelayedMailbox(Generic[T]):
     def __init__(
         self,
         clock: RunClock,
         line: DelayLine | None,
-        deliver: Callable[[list], None],
+        deliver: Callable[[list[T]], None],
         on_broken: Callable[[], None] | None = None,
     ) -> None:
         self.clock = clock
@@ -33,12 +36,12 @@ class DelayedMailbox:
         self.deliver = deliver
         self.on_broken = on_broken
         self.broken = False
-        self._queue: deque[tuple[float, object]] = deque()
+        self._queue: deque[tuple[float, T]] = deque()
         self._last = 0.0
         self._wakeup = asyncio.Event()
         self._task = asyncio.ensure_future(self._run())
 
-    def put(self, item: object, nbytes: int) -> None:
+    def put(self, item: T, nbytes: int) -> None:
         if self.broken:
             return
         now = self.clock.now()

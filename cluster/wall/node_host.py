@@ -116,7 +116,8 @@ class WallNodeHost:
         if self.server is None:
             return ""
         address = await self.server.start()
-        self.node.set_address(address)  # type: ignore[union-attr]
+        assert isinstance(self.node, PrefillNode)  # only a prefill node has a KV server
+        self.node.set_address(address)
         return address
 
     async def begin(self, start_wall: float, proxy_address: tuple[str, int]) -> None:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from engine.outputs import SteadyTokens
 from node.messages import (
     AbortMessage,
     MessageError,
@@ -91,10 +92,13 @@ class ProxyChannel:
             self.on_abort(aborted)
 
     # -- the outbox port -----------------------------------------------------------
-    def emit(self, events: list[NodeEvent]) -> None:
+    def emit(self, events: Sequence[NodeEvent | SteadyTokens]) -> None:
         if not events:
             return
-        self._pending.extend(e.to_wire() for e in events)
+        for e in events:
+            # Bulk token outputs are the in-process runtime's alone (its fast paths).
+            assert not isinstance(e, SteadyTokens), "a wall-clock node emitted a SteadyTokens"
+            self._pending.append(e.to_wire())
         if not self._flush_scheduled and self.conn is not None:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 from connector.link import Link, LinkSpec
 from node.messages import MessageError, NodeEvent, ProxyMessage, event_from_wire
@@ -38,23 +39,17 @@ class WallProxyLinks:
     ) -> None:
         self.send_to_node = send_to_node
         self.proxy: Proxy | None = None  # set once the proxy exists (it takes `send` as a port)
-        self._to_node: dict[str, DelayedMailbox] = {}
-        self._from_node: dict[str, DelayedMailbox] = {}
+        self._to_node: dict[str, DelayedMailbox[ProxyMessage]] = {}
+        self._from_node: dict[str, DelayedMailbox[list[NodeEvent]]] = {}
         for i, name in enumerate(names):
             link = Link(link_spec, seed=seed * 1000 + 500 + i)
             ideal = link.is_ideal
-            broken = lambda name=name: self._broken(name)  # noqa: E731
+            broken = partial(self._broken, name)
             self._to_node[name] = DelayedMailbox(
-                clock,
-                None if ideal else link.forward,
-                lambda batch, name=name: self._at_node(name, batch),
-                broken,
+                clock, None if ideal else link.forward, partial(self._at_node, name), broken
             )
             self._from_node[name] = DelayedMailbox(
-                clock,
-                None if ideal else link.reverse,
-                lambda batch, name=name: self._at_proxy(name, batch),
-                broken,
+                clock, None if ideal else link.reverse, partial(self._at_proxy, name), broken
             )
 
     def _broken(self, name: str) -> None:
@@ -71,8 +66,8 @@ class WallProxyLinks:
         if live:
             self.send_to_node(name, live)
 
-    def node_events(self, name: str, wires: list) -> None:
-        """A node's events as they came off its connection (wire form)."""
+    def node_events(self, name: str, wires: list[object]) -> None:
+        """A node's events as they came off its connection (wire form, checked here)."""
         assert self.proxy is not None
         try:
             events = [event_from_wire(w) for w in wires]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Coroutine
 from typing import Any, NamedTuple
 
 from connector.link import Link, LinkSpec
@@ -103,11 +104,11 @@ class StageWorker:
         self.busy_s = 0.0
         self._server: asyncio.Server | None = None
         self._next: FrameConnection | None = None
-        self._to_next: DelayedMailbox | None = None
+        self._to_next: DelayedMailbox[BatchFrame] | None = None
         self._results: FrameConnection | None = None
         self._queue: deque[tuple[float, BatchFrame]] = deque()
         self._queued = asyncio.Event()
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- set-up ---------------------------------------------------------------
     async def serve(self) -> tuple[str, int]:
@@ -131,7 +132,7 @@ class StageWorker:
             self._to_next = DelayedMailbox(self.clock, self.link.forward, self._forward)
         self._spawn(self._compute())
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -185,8 +186,9 @@ class StageWorker:
                 if self._to_next is not None:
                     self._to_next.put(frame, STAGE_MESSAGE_BYTES)
                 else:
-                    self._next.send(frame.to_wire())
+                    self._next_stage().send(frame.to_wire())
             else:
+                assert self.sampler is not None  # the last stage has one: it samples
                 token_at = self.sampler.token_at
                 tokens = [[token_at(req_id, pos)] if pos >= 0 else [] for req_id, pos in frame.samples]
                 result = ResultFrame(frame.seq, tokens)
@@ -194,8 +196,14 @@ class StageWorker:
                     logger.warning("stage %d: no node to return batch %d to", self.index, frame.seq)
 
     def _forward(self, frames: list[BatchFrame]) -> None:
+        next_stage = self._next_stage()
         for frame in frames:
-            self._next.send(frame.to_wire())
+            next_stage.send(frame.to_wire())
+
+    def _next_stage(self) -> FrameConnection:
+        if self._next is None:  # `begin` refuses to start a stage before this
+            raise RuntimeError(f"stage {self.index}: connect_next() before begin()")
+        return self._next
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -228,10 +236,10 @@ class StageStreamExecutor:
         self.pp = pp_size
         self._to_first: FrameConnection | None = None
         self._from_last: FrameConnection | None = None
-        self._pending: dict[int, asyncio.Future] = {}
-        self._last: asyncio.Future | None = None
+        self._pending: dict[int, asyncio.Future[list[list[int]]]] = {}  # seq -> the last stage's tokens
+        self._last: asyncio.Future[list[list[int]]] | None = None
         self._seq = 0
-        self._reader: asyncio.Task | None = None
+        self._reader: asyncio.Task[None] | None = None
         self._broken: str | None = None
 
     def set_addresses(self, first: tuple[str, int], last: tuple[str, int]) -> None:
@@ -248,7 +256,7 @@ class StageStreamExecutor:
             self._to_first.send(["batches"])
             self._from_last = await self._open(self.last_address)
             self._from_last.send(["results"])
-        self._reader = asyncio.ensure_future(self._read_results())
+        self._reader = asyncio.ensure_future(self._read_results(self._from_last))
 
     async def _open(self, address: tuple[str, int]) -> FrameConnection:
         conn = await FrameConnection.open(*address)
@@ -256,8 +264,8 @@ class StageStreamExecutor:
             await answer(conn, self._secret, "node")
         return conn
 
-    async def _read_results(self) -> None:
-        while (wire := await self._from_last.recv()) is not None:
+    async def _read_results(self, from_last: FrameConnection) -> None:
+        while (wire := await from_last.recv()) is not None:
             frame = ResultFrame.from_wire(wire)
             future = self._pending.pop(frame.seq, None)
             if future is not None and not future.done():
@@ -276,6 +284,8 @@ class StageStreamExecutor:
             return None
         if self._broken:
             raise ConnectionError(self._broken)
+        if self._to_first is None:
+            raise ConnectionError("StageStreamExecutor: connect() before the first step")
         seq, self._seq = self._seq, self._seq + 1
         samples = [(req_id, start + n if sample else -1) for req_id, _, start, n, sample in plan.entries]
         future = asyncio.get_running_loop().create_future()

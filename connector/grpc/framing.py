@@ -62,7 +62,9 @@ def _varint_field(key: bytes, value: int) -> bytes:
     return key + _varint(value) if value else b""
 
 
-def _piece(block_id: int, block_index: int, block_bytes: int, crc32: int, offset: int, data) -> list:
+def _piece(
+    block_id: int, block_index: int, block_bytes: int, crc32: int, offset: int, data: memoryview
+) -> list[bytes | memoryview]:
     header = b"".join(
         (
             _varint_field(_PIECE_BLOCK_ID, block_id),

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 
@@ -85,7 +85,7 @@ class _LinkTiming:
 
     # -- delays ----------------------------------------------------------------
 
-    async def _stall(self, deadline: float | None, what: str) -> None:
+    async def _stall(self, deadline: float | None, what: str) -> NoReturn:
         if deadline is None:
             raise _rpc_error(grpc.StatusCode.UNAVAILABLE, f"{what} dropped by the link model")
         await asyncio.sleep(max(0.0, deadline - time.monotonic()))
@@ -112,7 +112,9 @@ class _LinkTiming:
 
 
 class UnaryUnaryLinkInterceptor(_LinkTiming, grpc.aio.UnaryUnaryClientInterceptor):
-    async def intercept_unary_unary(self, continuation, client_call_details, request):
+    # grpc.aio's interceptor API is untyped (no stubs): the call, its details
+    # and the messages are grpc's objects, passed through as they come.
+    async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         deadline = self._deadline(client_call_details)
         await self._send_request(request, deadline)
         call = await continuation(self._with_remaining_timeout(client_call_details, deadline), request)
@@ -126,7 +128,9 @@ class UnaryUnaryLinkInterceptor(_LinkTiming, grpc.aio.UnaryUnaryClientIntercepto
 
 
 class UnaryStreamLinkInterceptor(_LinkTiming, grpc.aio.UnaryStreamClientInterceptor):
-    async def intercept_unary_stream(self, continuation, client_call_details, request):
+    async def intercept_unary_stream(
+        self, continuation: Any, client_call_details: Any, request: Any
+    ) -> AsyncIterator[Any]:
         deadline = self._deadline(client_call_details)
         await self._send_request(request, deadline)
         call = await continuation(self._with_remaining_timeout(client_call_details, deadline), request)
@@ -153,7 +157,7 @@ class UnaryStreamLinkInterceptor(_LinkTiming, grpc.aio.UnaryStreamClientIntercep
         try:
             while True:
                 arrival, item = await queue.get()
-                if item is _LOST:
+                if arrival is None:  # the item is _LOST
                     await self._stall(deadline, "response message")
                 await self._wait_until(arrival, deadline, "response message")
                 if item is _END:

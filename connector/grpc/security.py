@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import grpc
@@ -42,7 +43,7 @@ class KVSecurity:
     def call_metadata(self) -> tuple[tuple[str, str], ...] | None:
         return None if self.auth_token is None else ((AUTH_METADATA_KEY, self.auth_token),)
 
-    def authenticated(self, metadata) -> bool:
+    def authenticated(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> bool:
         """True when the call's metadata carries the token (or none is required)."""
         if self.auth_token is None:
             return True

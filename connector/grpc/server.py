@@ -218,7 +218,7 @@ class _KVHandoffServicer(pb_grpc.KVHandoffServicer):
         except Exception:  # DecodeError and kin: the bytes are not the message
             await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "undecodable request")
 
-    async def PullBlocks(self, raw: bytes, context: grpc.aio.ServicerContext) -> None:  # type: ignore[override]
+    async def PullBlocks(self, raw: bytes, context: grpc.aio.ServicerContext) -> None:
         """Writes BlockChunks already serialised (see framing.encode_chunks), one
         at a time as the client takes them, within `max_stream_s`."""
         request = await self._parse(context, pb.PullRequest.FromString, raw)
@@ -233,7 +233,7 @@ class _KVHandoffServicer(pb_grpc.KVHandoffServicer):
             )
         except InvalidPullError as err:
             refusal = (grpc.StatusCode.INVALID_ARGUMENT, _short(err))
-        except tuple(_REFUSALS) as err:  # type: ignore[misc]
+        except tuple(_REFUSALS) as err:  # type: ignore[misc]  # mypy wants a literal tuple of exception classes
             refusal = _REFUSALS[type(err)]
         if refusal is not None:
             await self._refuse(context, *refusal)
@@ -258,7 +258,7 @@ class _KVHandoffServicer(pb_grpc.KVHandoffServicer):
         finally:
             handler.active_pulls -= 1
 
-    async def ReportDone(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.DoneAck:  # type: ignore[override]
+    async def ReportDone(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.DoneAck:
         request = await self._parse(context, pb.DoneRequest.FromString, raw)
         refusal: tuple[grpc.StatusCode, str] | None = None
         try:
@@ -280,7 +280,7 @@ class _KVHandoffServicer(pb_grpc.KVHandoffServicer):
             )
         return pb.DoneAck(first_report=first)
 
-    async def Check(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.HealthCheckResponse:  # type: ignore[override]
+    async def Check(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.HealthCheckResponse:
         await self._parse(context, pb.HealthCheckRequest.FromString, raw)
         status = pb.HealthCheckResponse.SERVING if self._handler.serving else pb.HealthCheckResponse.NOT_SERVING
         return pb.HealthCheckResponse(status=status)
