@@ -21,6 +21,7 @@ for path in (HERE, REPO / "tools" / "oracle", REPO):
 
 import launch  # noqa: E402  (tools/oracle/launch.py)
 from v1_compare import Mismatch, compare, dump_repro, shrink  # noqa: E402
+from pd_generate import generate_pd_suite  # noqa: E402
 from v1_generate import generate_suite  # noqa: E402
 from v1_handwritten import Expectation, all_handwritten  # noqa: E402
 from v1_scenario import validate  # noqa: E402
@@ -151,6 +152,7 @@ def default_scenarios(
     prefix_twins: bool = True,
     handwritten: bool = True,
     caching_count: int = 0,
+    pd_count: int = 0,
 ) -> tuple[list[dict], dict[str, Expectation]]:
     scenarios: list[dict] = []
     expectations: dict[str, Expectation] = {}
@@ -159,6 +161,7 @@ def default_scenarios(
             scenarios.append(validate(scenario))
             expectations[scenario["id"]] = expect
     scenarios += generate_suite(count, first_seed, prefix_twins, caching_count)
+    scenarios += generate_pd_suite(pd_count, first_seed)
     return scenarios, expectations
 
 
