@@ -15,6 +15,7 @@ from .outputs import (
     SchedulerOutput,
     SteadyTokens,
 )
+from .kv_load_failures import update_requests_with_invalid_blocks
 from .request import Request, RequestStatus
 from .stop_checker import check_stop
 
@@ -47,6 +48,10 @@ class OutputProcessorMixin:
         failed_kv_load_req_ids: set[str] = set()
         if kv_connector_output and kv_connector_output.failed_recving:
             failed_kv_load_req_ids.update(self._handle_failed_recving(kv_connector_output.failed_recving))
+        if kv_connector_output and kv_connector_output.invalid_block_ids:
+            failed_kv_load_req_ids.update(
+                self._handle_invalid_blocks(kv_connector_output.invalid_block_ids, num_scheduled_tokens)
+            )
 
         outputs: list[Any] = []
         stopped_running: set[Request] = set()
@@ -184,6 +189,32 @@ class OutputProcessorMixin:
                     request.num_computed_tokens = 0
                     self.failed_recving_kv_req_ids.add(req_id)
         return set() if self.recompute_kv_load_failures else affected
+
+    def _handle_invalid_blocks(  # type: ignore[misc]
+        self: Scheduler, invalid_block_ids: set[int], num_scheduled_tokens: dict[str, int]
+    ) -> set[str]:
+        """Requests whose computed blocks did not all load: async loads (not
+        cached yet) and running requests (sync loads; their invalid blocks
+        leave the prefix cache under the `fail` policy). Returns the ids the
+        output loop skips: every affected one under `fail` (they finish with an
+        error), the running ones under `recompute` (the async ones recompute
+        once their load is reported done)."""
+        kvm = self.kv_cache_manager
+        loading = [r for r in self.kv_holding_waiting if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS]
+        async_failed, _ = update_requests_with_invalid_blocks(
+            kvm, loading, invalid_block_ids, num_scheduled_tokens, evict_blocks=False
+        )
+        sync_failed, to_evict = update_requests_with_invalid_blocks(
+            kvm, self.running, invalid_block_ids, num_scheduled_tokens, evict_blocks=True
+        )
+        if not async_failed and not sync_failed:
+            return set()
+        if to_evict and not self.recompute_kv_load_failures:
+            kvm.evict_blocks(to_evict)
+        if not self.recompute_kv_load_failures:
+            return async_failed | sync_failed
+        self.failed_recving_kv_req_ids |= async_failed
+        return sync_failed
 
     def _update_from_kv_xfer_finished(self: Scheduler, out: KVConnectorOutput) -> None:  # type: ignore[misc]
         if self.connector is not None:
