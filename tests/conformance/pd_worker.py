@@ -50,6 +50,15 @@ def validate_worker(where: str, script: dict) -> None:
         raise ValueError(f"{where}: worker.failure_mode must be one of {FAILURE_MODES}")
 
 
+def ordered_ids(ids: list[str]):
+    """The report's request ids as a set-like view that iterates in the given
+    (sorted) order, or None when empty. Both schedulers iterate these sets
+    (`finished_sending` frees blocks in that order); a real `set` of strings
+    iterates in an order that depends on the interpreter's hash seed, which
+    the two processes do not share."""
+    return dict.fromkeys(ids).keys() if ids else None
+
+
 class FakeWorker:
     def __init__(self, scenario: dict) -> None:
         self.seed = scenario["seed"]

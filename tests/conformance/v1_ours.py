@@ -14,6 +14,7 @@ Mapping of the scenario config onto `engine.testing.create_scheduler`:
 
 from __future__ import annotations
 
+from pd_worker import ordered_ids
 from v1_play import play
 
 from engine.kv_connector.pd_connector import PDConnectorMetadata
@@ -92,9 +93,9 @@ class OursAdapter:
     @staticmethod
     def attach_kv_output(model_runner_output, report: dict) -> None:
         model_runner_output.kv_connector_output = KVConnectorOutput(
-            finished_sending=set(report["finished_sending"]) or None,
-            finished_recving=set(report["finished_recving"]) or None,
-            failed_recving=set(report["failed_recving"]) or None,
+            finished_sending=ordered_ids(report["finished_sending"]),
+            finished_recving=ordered_ids(report["finished_recving"]),
+            failed_recving=ordered_ids(report["failed_recving"]),
             invalid_block_ids=set(report["invalid_block_ids"]),
         )
 

@@ -42,6 +42,7 @@ sys.path.insert(0, str(REPO / "tests" / "conformance"))
 
 _t0 = time.perf_counter()
 import v1_play  # noqa: E402
+from pd_worker import ordered_ids  # noqa: E402
 import v1_scenario  # noqa: E402
 import vllm  # noqa: E402
 import vllm_scheduler_kit as kit  # noqa: E402
@@ -167,10 +168,10 @@ class VllmAdapter:
     @staticmethod
     def attach_kv_output(model_runner_output, report: dict) -> None:
         model_runner_output.kv_connector_output = KVConnectorOutput(
-            finished_sending=set(report["finished_sending"]) or None,
-            finished_recving=set(report["finished_recving"]) or None,
+            finished_sending=ordered_ids(report["finished_sending"]),
+            finished_recving=ordered_ids(report["finished_recving"]),
             invalid_block_ids=set(report["invalid_block_ids"]),
-            failed_recving=set(report["failed_recving"]),
+            failed_recving=ordered_ids(report["failed_recving"]) or set(),
         )
 
 
