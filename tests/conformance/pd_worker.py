@@ -14,10 +14,15 @@ Script (`scenario["worker"]`, every key optional)::
                                   #   step s + d, d drawn uniformly from the range
      "send_delay": [0, 3],        # the same for a producer's held blocks (finished_sending)
      "fail_prob": 0.0,            # probability that a load fails (partly or wholly)
-     "failure_mode": "mixed"}     # "invalid_blocks": report block ids that did not load
+     "failure_mode": "mixed",     # "invalid_blocks": report block ids that did not load
                                   #   (from a random index on, or one block);
                                   # "failed_recving": report the request as failed;
                                   # "mixed": either, per load
+     "requests": {"q0": {"delay": 2, "invalid_from": 1}}}
+                                  # per request, overrides the draws (hand-written scenarios):
+                                  #   delay (load or send), invalid_from (block index within the
+                                  #   load: every block from there on fails), failed (true:
+                                  #   failed_recving)
 
 A failed load is still reported in `finished_recving` (the NIXL connector does
 the same): the scheduler learns of the failure and of the end of the transfer
@@ -29,7 +34,8 @@ from __future__ import annotations
 import hashlib
 
 FAILURE_MODES = ("invalid_blocks", "failed_recving", "mixed")
-WORKER_KEYS = ("load_delay", "send_delay", "fail_prob", "failure_mode")
+WORKER_KEYS = ("load_delay", "send_delay", "fail_prob", "failure_mode", "requests")
+OVERRIDE_KEYS = {"delay": int, "invalid_from": int, "failed": bool}
 
 
 def validate_worker(where: str, script: dict) -> None:
@@ -48,6 +54,11 @@ def validate_worker(where: str, script: dict) -> None:
         raise ValueError(f"{where}: worker.fail_prob must be a probability, got {p!r}")
     if script.get("failure_mode", "mixed") not in FAILURE_MODES:
         raise ValueError(f"{where}: worker.failure_mode must be one of {FAILURE_MODES}")
+    for rid, override in script.get("requests", {}).items():
+        if not isinstance(override, dict) or any(
+            k not in OVERRIDE_KEYS or type(v) is not OVERRIDE_KEYS[k] for k, v in override.items()
+        ):
+            raise ValueError(f"{where}: worker.requests.{rid} may set {OVERRIDE_KEYS}, got {override!r}")
 
 
 def ordered_ids(ids: list[str]):
@@ -67,6 +78,7 @@ class FakeWorker:
         self.send_delay = script.get("send_delay", [0, 0])
         self.fail_prob = float(script.get("fail_prob", 0.0))
         self.failure_mode = script.get("failure_mode", "mixed")
+        self.overrides: dict[str, dict] = script.get("requests", {})
         # (due step, kind, request id, invalid block ids, failed) in announcement order.
         self._pending: list[tuple[int, str, str, list[int], bool]] = []
 
@@ -85,7 +97,13 @@ class FakeWorker:
             invalid: list[int] = []
             failed = False
             u = (self._draw("fail", step, rid) & 0xFFFFFFFF) / 2**32
-            if u < self.fail_prob:
+            override = self.overrides.get(rid)
+            if override is not None:
+                due = step + override.get("delay", 0)
+                failed = override.get("failed", False)
+                if "invalid_from" in override:
+                    invalid = local_block_ids[override["invalid_from"] :]
+            elif u < self.fail_prob:
                 mode = self.failure_mode
                 if mode == "mixed":
                     mode = FAILURE_MODES[self._draw("mode", step, rid) % 2]
@@ -98,7 +116,8 @@ class FakeWorker:
                     invalid = local_block_ids[first:] if pick & 1 else [local_block_ids[first]]
             self._pending.append((due, "recv", rid, invalid, failed))
         for rid in send:
-            self._pending.append((step + self._delay(self.send_delay, "send", step, rid), "send", rid, [], False))
+            delay = self.overrides.get(rid, {}).get("delay", self._delay(self.send_delay, "send", step, rid))
+            self._pending.append((step + delay, "send", rid, [], False))
 
     def pending(self) -> bool:
         return bool(self._pending)
