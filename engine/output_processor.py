@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from .kv_load_failures import update_requests_with_invalid_blocks
 from .outputs import (
     EngineCoreOutput,
     EngineCoreOutputs,
@@ -15,7 +16,6 @@ from .outputs import (
     SchedulerOutput,
     SteadyTokens,
 )
-from .kv_load_failures import update_requests_with_invalid_blocks
 from .request import Request, RequestStatus
 from .stop_checker import check_stop
 
