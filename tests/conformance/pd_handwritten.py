@@ -130,9 +130,7 @@ def load_fails(policy: str, failed_recving: bool) -> tuple[dict, Expectation]:
         else:
             _check(p, failed_at["computed"]["r0"] == valid, f"valid prefix {valid}: {failed_at}")
             resumed = [r for r in _schedules(trace) if "r0" in r["scheduled"]]
-            _check(
-                p, bool(resumed) and resumed[0]["scheduled"]["r0"] == 40 - valid, f"recomputes the rest: {resumed}"
-            )
+            _check(p, bool(resumed) and resumed[0]["scheduled"]["r0"] == 40 - valid, f"recomputes the rest: {resumed}")
             _check(p, trace["final"]["r0"]["status"] == "FINISHED_LENGTH_CAPPED", "then decodes")
         return p
 

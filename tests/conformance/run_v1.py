@@ -76,7 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         scenarios, expectations = _load_scenarios(args.scenario), {}
     else:
         scenarios, expectations = v1_harness.default_scenarios(
-            args.count, args.first_seed, not args.no_prefix_twins, not args.no_handwritten, args.caching_count, args.pd_count
+            args.count,
+            args.first_seed,
+            not args.no_prefix_twins,
+            not args.no_handwritten,
+            args.caching_count,
+            args.pd_count,
         )
     if args.only:
         scenarios = [s for s in scenarios if s["id"] in set(args.only)]

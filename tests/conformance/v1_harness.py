@@ -20,9 +20,9 @@ for path in (HERE, REPO / "tools" / "oracle", REPO):
         sys.path.insert(0, str(path))
 
 import launch  # noqa: E402  (tools/oracle/launch.py)
-from v1_compare import Mismatch, compare, dump_repro, shrink  # noqa: E402
 from pd_generate import generate_pd_suite  # noqa: E402
 from pd_handwritten import all_pd_handwritten  # noqa: E402
+from v1_compare import Mismatch, compare, dump_repro, shrink  # noqa: E402
 from v1_generate import generate_suite  # noqa: E402
 from v1_handwritten import Expectation, all_handwritten  # noqa: E402
 from v1_scenario import validate  # noqa: E402
@@ -76,15 +76,18 @@ class HarnessResult:
         pd = [sc for sc in self.scenarios if "kv" in sc["config"]]
         if pd:
             failed = {m.scenario_id for m in self.mismatches}
-            lines.append(f"  P/D: {len(pd)} scenarios with a KV connector, {sum(s['id'] in failed for s in pd)} mismatched")
+            lines.append(
+                f"  P/D: {len(pd)} scenarios with a KV connector, {sum(s['id'] in failed for s in pd)} mismatched"
+            )
             for (role, policy, guard), group in sorted(pd_groups(pd).items()):
                 bad = sum(s["id"] in failed for s in group)
-                lines.append(f"    {role:<11} {policy:<9} {guard:<6} guard: {len(group):>4} scenarios, {bad} mismatched")
+                lines.append(
+                    f"    {role:<11} {policy:<9} {guard:<6} guard: {len(group):>4} scenarios, {bad} mismatched"
+                )
             by_id = {s["id"]: s for s in pd}
             pd_traces = [t for t in self.oracle_traces if t["id"] in by_id]
             lines.append(
-                "  P/D coverage (scenarios): "
-                + ", ".join(f"{k} {v}" for k, v in pd_coverage(pd_traces, by_id).items())
+                "  P/D coverage (scenarios): " + ", ".join(f"{k} {v}" for k, v in pd_coverage(pd_traces, by_id).items())
             )
         for sig, group in sorted(self.classes().items(), key=lambda kv: -len(kv[1])):
             ids = ", ".join(m.scenario_id for m in group[:6]) + (" ..." if len(group) > 6 else "")

@@ -42,10 +42,10 @@ sys.path.insert(0, str(REPO / "tests" / "conformance"))
 
 _t0 = time.perf_counter()
 import v1_play  # noqa: E402
-from pd_worker import ordered_ids  # noqa: E402
 import v1_scenario  # noqa: E402
 import vllm  # noqa: E402
 import vllm_scheduler_kit as kit  # noqa: E402
+from pd_worker import ordered_ids  # noqa: E402
 from vllm.config import KVTransferConfig  # noqa: E402
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
