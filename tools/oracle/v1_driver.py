@@ -36,7 +36,7 @@ os.dup2(2, 1)
 sys.stdout = sys.stderr
 
 REPO = Path(os.environ.get("DISAGG_SIM_REPO") or Path(__file__).resolve().parents[2])
-KIT_DIR = os.environ.get("DISAGG_SIM_ORACLE_KIT") or str(REPO.parent / "shared" / "oracle")
+KIT_DIR = os.environ.get("DISAGG_SIM_ORACLE_KIT") or str(REPO / "tools" / "oracle" / "kit")
 sys.path.insert(0, KIT_DIR)
 sys.path.insert(0, str(REPO / "tests" / "conformance"))
 
