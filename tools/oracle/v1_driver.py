@@ -167,12 +167,17 @@ class VllmAdapter:
 
     @staticmethod
     def attach_kv_output(model_runner_output, report: dict) -> None:
-        model_runner_output.kv_connector_output = KVConnectorOutput(
-            finished_sending=ordered_ids(report["finished_sending"]),
-            finished_recving=ordered_ids(report["finished_recving"]),
-            invalid_block_ids=set(report["invalid_block_ids"]),
-            failed_recving=ordered_ids(report["failed_recving"]) or set(),
-        )
+        fields = {
+            "finished_sending": ordered_ids(report["finished_sending"]),
+            "finished_recving": ordered_ids(report["finished_recving"]),
+            "invalid_block_ids": set(report["invalid_block_ids"]),
+        }
+        if "failed_recving" in KVConnectorOutput.__dataclass_fields__:
+            fields["failed_recving"] = ordered_ids(report["failed_recving"]) or set()
+        elif report["failed_recving"]:
+            # vLLM 0.29.0 has no per-request load failures: the scenario cannot run there.
+            raise RuntimeError(f"vLLM {vllm.__version__}'s KVConnectorOutput has no failed_recving")
+        model_runner_output.kv_connector_output = KVConnectorOutput(**fields)
 
 
 def serve() -> None:
