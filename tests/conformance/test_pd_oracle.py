@@ -27,12 +27,9 @@ PD_COUNT = 96
 
 @pytest.fixture(scope="module")
 def pd_result():
-    reason = v1_harness.oracle_missing_reason()
-    if reason:
-        pytest.skip(
-            f"vLLM 0.33.0 oracle not built at {v1_harness.launch.oracle_python('v1')} ({reason}); "
-            "run `make conformance` or bash tools/conformance.sh"
-        )
+    skip = v1_harness.oracle_skip_message()
+    if skip:
+        pytest.skip(skip)
     hand = all_pd_handwritten()
     scenarios = [s for s, _ in hand] + generate_pd_suite(PD_COUNT)
     expectations = {s["id"]: e for s, e in hand}
@@ -40,9 +37,9 @@ def pd_result():
 
 
 def test_every_pd_scenario_matches_vllm_step_by_step(pd_result):
-    if pd_result.mismatches:
-        details = "\n\n".join(g[0].describe() for g in pd_result.classes().values())
-        pytest.fail(f"{pd_result.summary()}\n\n{details}", pytrace=False)
+    report = pd_result.mismatch_report()
+    if report:
+        pytest.fail(report, pytrace=False)
     assert pd_result.matched == len(pd_result.scenarios)
 
 

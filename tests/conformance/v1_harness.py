@@ -41,6 +41,17 @@ def oracle_missing_reason() -> str | None:
     return launch.oracle_missing_reason("v1")
 
 
+def oracle_skip_message() -> str | None:
+    """Why an `oracle` test must skip (None: the oracle can run)."""
+    reason = oracle_missing_reason()
+    if reason is None:
+        return None
+    return (
+        f"vLLM 0.33.0 oracle not built at {launch.oracle_python('v1')} ({reason}); "
+        "run `make oracles` or `make conformance`"
+    )
+
+
 @dataclass
 class HarnessResult:
     scenarios: list[dict]
@@ -65,6 +76,13 @@ class HarnessResult:
     def coverage(self) -> dict[str, int]:
         """How many scenarios exercised each behaviour, read from vLLM's traces."""
         return coverage(self.oracle_traces)
+
+    def mismatch_report(self) -> str | None:
+        """The summary and the first mismatch of each class (None: all matched)."""
+        if not self.mismatches:
+            return None
+        details = "\n\n".join(g[0].describe() for g in self.classes().values())
+        return f"{self.summary()}\n\n{details}"
 
     def summary(self) -> str:
         lines = [
