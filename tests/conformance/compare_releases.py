@@ -36,6 +36,19 @@ def suite_of(scenario: dict) -> str:
     return kind + (" prefix guard" if scenario["config"]["prefix_guard"] else "")
 
 
+def isolate(scenario: dict) -> dict:
+    """The scenario without the release differences already explained, so that
+    a comparison shows what remains: no long-prefill threshold (0.29.0 caps a
+    lone request's chunk too; 0.30+ only with more than one request), no
+    request-level load failures (0.29.0's KVConnectorOutput has no
+    failed_recving), and the pre-fix retry on every side (0.29.0 has no fix)."""
+    out = dict(scenario, config=dict(scenario["config"], long_prefill_token_threshold=0, prefix_guard=True))
+    if "worker" in scenario:
+        out["worker"] = dict(scenario["worker"], failure_mode="invalid_blocks")
+        out["worker"].pop("requests", None)
+    return out
+
+
 def run_release(python: str, scenarios: list[dict]) -> tuple[str, list[dict]]:
     os.environ["DISAGG_SIM_ORACLE_V1"] = str(Path(python).expanduser())
     answer = v1_harness.launch.run_driver(v1_harness.DRIVER, {"scenarios": scenarios})
@@ -48,12 +61,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--caching-count", type=int, default=200)
     ap.add_argument("--pd-count", type=int, default=200)
+    ap.add_argument(
+        "--isolate",
+        action="store_true",
+        help="leave out the differences already explained (see isolate()) to show what remains",
+    )
     args = ap.parse_args(argv)
     from v1_ours import run_ours
 
     scenarios, _ = v1_harness.default_scenarios(
         args.count, 0, True, True, caching_count=args.caching_count, pd_count=args.pd_count
     )
+    if args.isolate:
+        scenarios = [isolate(s) for s in scenarios]
     traces: dict[str, list[dict]] = {}
     for spec in args.release:
         label, _, python = spec.partition("=")
