@@ -17,9 +17,10 @@ KVRole = Literal["kv_producer", "kv_consumer", "kv_both"]
 PreemptionGuard = Literal["fixed", "prefix"]
 # The vLLM releases whose v1 scheduler this engine models: those that equal
 # 0.33.0 step for step on the conformance scenarios (plain, prefix caching,
-# P/D). 0.29.0, the first release with the fence, is not one of them: it
-# differs well beyond the preemption retry (docs/deviations.md, "v1: releases");
-# its retry without the fix alone is `preemption_guard="prefix"`.
+# P/D). Checked with tests/conformance/compare_releases.py: 0.29.0, 0.30.0 and
+# 0.32.0 each differ from 0.33.0 (docs/deviations.md, "v1: releases"), so only
+# 0.33.0 is listed; 0.29.0's retry without the cascade fix alone is
+# `preemption_guard="prefix"`.
 MODELLED_VLLM_VERSIONS = ("0.33.0",)
 
 
@@ -73,8 +74,8 @@ class SchedulerConfig:
             "vllm_version",
             self.vllm_version,
             ", ".join(repr(v) for v in MODELLED_VLLM_VERSIONS)
-            + " (0.29.0 is not modelled: it differs beyond the preemption retry, docs/deviations.md"
-            " 'v1: releases'; preemption_guard='prefix' is its retry without the fix)",
+            + " (0.29.0-0.32.0 schedule differently, see docs/deviations.md 'v1: releases';"
+            " preemption_guard='prefix' is 0.29.0's retry without the cascade fix)",
         )
         _require(
             self.defer_block_free in (None, True, False),
