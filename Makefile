@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint venv conformance conformance-v0 bench clean
+.PHONY: run test lint venv oracles conformance conformance-v0 bench clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -27,6 +27,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# Builds the missing conformance oracles (vLLM 0.33.0's v1 and 0.5.3.post1's v0
+# schedulers, each in its own venv under ~/.cache/disagg-sim, from the in-repo kit
+# tools/oracle/kit/); a failed build is reported with a banner on stderr and the
+# suites that need it then skip. `.ci/run` runs this before `make test`.
+oracles:
+	bash tools/oracle/ensure_oracles.sh
 
 # Builds vLLM 0.33.0's real scheduler (if missing) and runs the differential harness.
 conformance: $(STAMP)

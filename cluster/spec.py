@@ -20,7 +20,7 @@ from pydantic import (
 from connector.link import LinkSpec
 from connector.pull_policy import KVFaultPolicy
 from engine.block_hash import prompt_block_hashes
-from engine.config import CacheConfig, SchedulerConfig
+from engine.config import MODELLED_VLLM_VERSIONS, CacheConfig, SchedulerConfig
 from engine.cost_model import COST_MODELS, StepCostModel, cost_model_names, get_cost_model
 from engine.node_core import NodeSpec
 from engine.prompt import PromptTokens
@@ -38,6 +38,7 @@ V1_ONLY_SETTINGS = {
     "fence": "auto",
     "watermark": 0.0,
     "scheduler_reserve_full_isl": True,
+    "vllm_version": MODELLED_VLLM_VERSIONS[-1],
 }
 
 
@@ -89,6 +90,8 @@ class EngineSettings(_Strict):
     policy: Literal["fcfs", "priority"] = "fcfs"
     async_scheduling: bool = False
     preemption_guard: Literal["fixed", "prefix"] = "fixed"
+    # The vLLM release the v1 engine models (engine/config.py MODELLED_VLLM_VERSIONS).
+    vllm_version: str = MODELLED_VLLM_VERSIONS[-1]
     # "auto" = vLLM's gate; "on"/"off" force it.
     fence: Literal["auto", "on", "off"] = "auto"
     watermark: float = Field(0.0, ge=0.0, lt=1.0)
@@ -106,6 +109,12 @@ class EngineSettings(_Strict):
     @classmethod
     def _blocks_or_auto(cls, v: object, handler: ValidatorFunctionWrapHandler) -> object:
         return _int_or_auto(v, handler, 2, MAX_BLOCKS)
+
+    @field_validator("vllm_version")
+    @classmethod
+    def _modelled_release(cls, v: str) -> str:
+        SchedulerConfig(vllm_version=v)  # one rule and one message, the engine's
+        return v
 
     @model_validator(mode="after")
     def _settings_of_the_chosen_engine(self) -> EngineSettings:
@@ -156,6 +165,7 @@ class EngineSettings(_Strict):
             watermark=self.watermark,
             preemption_guard=self.preemption_guard,
             defer_block_free={"auto": None, "on": True, "off": False}[self.fence],
+            vllm_version=self.vllm_version,
         )
 
 

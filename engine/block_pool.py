@@ -263,6 +263,12 @@ class BlockPool:
                 del cache[block_hash]
         return True
 
+    def evict_blocks(self, block_ids: Iterable[int]) -> None:
+        """Drop these blocks' hashes from the cache (their content is not
+        valid: a failed KV load); blocks in use stay allocated."""
+        for block_id in block_ids:
+            self._evict(self.blocks[block_id])
+
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """A cache hit: one more reference; a free block leaves the free queue."""
         leaving = []

@@ -15,6 +15,13 @@ KVRole = Literal["kv_producer", "kv_consumer", "kv_both"]
 #   "prefix" - the pre-fix behaviour: preempt the fenced victim anyway, which
 #              frees nothing and cascades down the running queue (#49674).
 PreemptionGuard = Literal["fixed", "prefix"]
+# The vLLM releases whose v1 scheduler this engine models: those that equal
+# 0.33.0 step for step on the conformance scenarios (plain, prefix caching,
+# P/D). Checked with tests/conformance/compare_releases.py: 0.29.0, 0.30.0 and
+# 0.32.0 each differ from 0.33.0 (docs/deviations.md, "v1: releases"), so only
+# 0.33.0 is listed; 0.29.0's retry without the cascade fix alone is
+# `preemption_guard="prefix"`.
+MODELLED_VLLM_VERSIONS = ("0.33.0",)
 
 
 def _require(cond: bool, field_name: str, value: object, allowed: str) -> None:
@@ -39,6 +46,8 @@ class SchedulerConfig:
     # None = vLLM's gate (consumer-capable role and depth > 1); True/False force it,
     # the way vLLM's own tests set `scheduler.defer_block_free` by hand.
     defer_block_free: bool | None = None
+    # The release the node models (one of MODELLED_VLLM_VERSIONS; they behave alike).
+    vllm_version: str = MODELLED_VLLM_VERSIONS[-1]
 
     def __post_init__(self) -> None:
         _require(self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs, "an integer >= 1")
@@ -59,6 +68,14 @@ class SchedulerConfig:
             "preemption_guard",
             self.preemption_guard,
             "'fixed' (PR #49675) or 'prefix' (pre-fix cascade)",
+        )
+        _require(
+            self.vllm_version in MODELLED_VLLM_VERSIONS,
+            "vllm_version",
+            self.vllm_version,
+            ", ".join(repr(v) for v in MODELLED_VLLM_VERSIONS)
+            + " (0.29.0-0.32.0 schedule differently, see docs/deviations.md 'v1: releases';"
+            " preemption_guard='prefix' is 0.29.0's retry without the cascade fix)",
         )
         _require(
             self.defer_block_free in (None, True, False),

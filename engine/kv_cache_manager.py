@@ -297,6 +297,9 @@ class KVCacheManager:
     def get_block_ids(self, request_id: str) -> list[int]:
         return [b.block_id for b in self.req_to_blocks.get(request_id, ())]
 
+    def evict_blocks(self, block_ids: set[int]) -> None:
+        self.block_pool.evict_blocks(block_ids)
+
     def free(self, request: Request) -> None:
         """Release the request's blocks now, tail first (vLLM's eviction order)."""
         blocks = self.pop_blocks_for_free(request)

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .free_path import drain_deferred_frees, free_blocks, free_request
+from .kv_load_failures import update_requests_with_invalid_blocks
 from .outputs import (
     EngineCoreOutput,
     EngineCoreOutputs,
@@ -42,6 +43,10 @@ def update_from_output(
     failed_kv_load_req_ids: set[str] = set()
     if kv_connector_output and kv_connector_output.failed_recving:
         failed_kv_load_req_ids.update(_handle_failed_recving(s, kv_connector_output.failed_recving))
+    if kv_connector_output and kv_connector_output.invalid_block_ids:
+        failed_kv_load_req_ids.update(
+            _handle_invalid_blocks(s, kv_connector_output.invalid_block_ids, num_scheduled_tokens)
+        )
 
     outputs: list[Any] = []
     stopped_running: set[Request] = set()
@@ -179,6 +184,33 @@ def _handle_failed_recving(s: SchedulerState, failed_req_ids: Iterable[str]) -> 
                 request.num_computed_tokens = 0
                 s.failed_recving_kv_req_ids.add(req_id)
     return set() if s.recompute_kv_load_failures else affected
+
+
+def _handle_invalid_blocks(
+    s: SchedulerState, invalid_block_ids: set[int], num_scheduled_tokens: dict[str, int]
+) -> set[str]:
+    """Requests whose computed blocks did not all load: async loads (not
+    cached yet) and running requests (sync loads; their invalid blocks
+    leave the prefix cache under the `fail` policy). Returns the ids the
+    output loop skips: every affected one under `fail` (they finish with an
+    error), the running ones under `recompute` (the async ones recompute
+    once their load is reported done)."""
+    kvm = s.kv_cache_manager
+    loading = [r for r in s.kv_holding_waiting if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS]
+    async_failed, _ = update_requests_with_invalid_blocks(
+        kvm, loading, invalid_block_ids, num_scheduled_tokens, evict_blocks=False
+    )
+    sync_failed, to_evict = update_requests_with_invalid_blocks(
+        kvm, s.running, invalid_block_ids, num_scheduled_tokens, evict_blocks=True
+    )
+    if not async_failed and not sync_failed:
+        return set()
+    if to_evict and not s.recompute_kv_load_failures:
+        kvm.evict_blocks(to_evict)
+    if not s.recompute_kv_load_failures:
+        return async_failed | sync_failed
+    s.failed_recving_kv_req_ids |= async_failed
+    return sync_failed
 
 
 def _update_from_kv_xfer_finished(s: SchedulerState, out: KVConnectorOutput) -> None:

@@ -2,7 +2,7 @@
 tests do: build groups, run one engine iteration with a fake model.
 
 `engine_step` is LLMEngine's per-step bookkeeping in 0.5.3.post1 minus the model
-(the same loop as shared/oracle/v0_scheduler_kit.py's `step`): schedule, advance
+(the same loop as tools/oracle/kit/v0_scheduler_kit.py's `step`): schedule, advance
 every scheduled group's computed tokens, append one token to groups that
 sample, stop-check, free finished sequences and groups.
 """

@@ -41,6 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--caching-count", type=int, default=500, help="random scenarios with prefix caching on (default 500)"
     )
+    ap.add_argument(
+        "--pd-count",
+        type=int,
+        default=500,
+        help="random P/D scenarios: a KV connector in each role (default 500; see pd_generate.py)",
+    )
     ap.add_argument("--no-prefix-twins", action="store_true", help="skip the pre-fix-guard replays")
     ap.add_argument("--no-handwritten", action="store_true")
     ap.add_argument("--scenario", action="append", default=[], help="replay scenario/repro JSON file(s) only")
@@ -70,7 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         scenarios, expectations = _load_scenarios(args.scenario), {}
     else:
         scenarios, expectations = v1_harness.default_scenarios(
-            args.count, args.first_seed, not args.no_prefix_twins, not args.no_handwritten, args.caching_count
+            args.count,
+            args.first_seed,
+            not args.no_prefix_twins,
+            not args.no_handwritten,
+            args.caching_count,
+            args.pd_count,
         )
     if args.only:
         scenarios = [s for s in scenarios if s["id"] in set(args.only)]

@@ -27,12 +27,9 @@ CACHING_COUNT = 100
 
 @pytest.fixture(scope="module")
 def harness_result():
-    reason = v1_harness.oracle_missing_reason()
-    if reason:
-        pytest.skip(
-            f"vLLM 0.33.0 oracle not built at {v1_harness.launch.oracle_python('v1')} ({reason}); "
-            "run `make conformance` or bash tools/conformance.sh"
-        )
+    skip = v1_harness.oracle_skip_message()
+    if skip:
+        pytest.skip(skip)
     scenarios, expectations = v1_harness.default_scenarios(RANDOM_COUNT, caching_count=CACHING_COUNT)
     # Failing scenarios are dumped (unshrunk, to stay fast) under build/conformance/v1/;
     # `python tests/conformance/run_v1.py --only <id>` shrinks and explains one.
@@ -52,9 +49,9 @@ def test_suite_holds_200_random_scenarios_and_their_prefix_twins(harness_result)
 
 
 def test_every_scenario_matches_vllm_step_by_step(harness_result):
-    if harness_result.mismatches:
-        details = "\n\n".join(g[0].describe() for g in harness_result.classes().values())
-        pytest.fail(f"{harness_result.summary()}\n\n{details}", pytrace=False)
+    report = harness_result.mismatch_report()
+    if report:
+        pytest.fail(report, pytrace=False)
     assert harness_result.matched == len(harness_result.scenarios)
 
 

@@ -94,7 +94,7 @@ def _num_blocks(rng: random.Random, cfg: dict, reqs: list[dict]) -> int:
     return usable + 1  # + vLLM's null block
 
 
-def _actions(rng: random.Random, reqs: list[dict], depth: int) -> list[dict]:
+def _actions(rng: random.Random, reqs: list[dict], depth: int, abort_prob: float = 0.04) -> list[dict]:
     ids = [r["id"] for r in reqs]  # already in arrival order
     actions: list[dict] = []
     first = rng.randint(1, min(4, len(ids)))
@@ -108,7 +108,7 @@ def _actions(rng: random.Random, reqs: list[dict], depth: int) -> list[dict]:
             k = rng.randint(1, 3)
             actions.append({"op": "add", "ids": ids[next_add : next_add + k]})
             next_add += k
-        if rng.random() < 0.04:
+        if rng.random() < abort_prob:
             # Any added id: running, waiting, preempted or already finished (then a no-op).
             actions.append({"op": "abort", "ids": [rng.choice(ids[:next_add])]})
         if pending < depth:

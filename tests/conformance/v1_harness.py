@@ -20,6 +20,8 @@ for path in (HERE, REPO / "tools" / "oracle", REPO):
         sys.path.insert(0, str(path))
 
 import launch  # noqa: E402  (tools/oracle/launch.py)
+from pd_generate import generate_pd_suite  # noqa: E402
+from pd_handwritten import all_pd_handwritten  # noqa: E402
 from v1_compare import Mismatch, compare, dump_repro, shrink  # noqa: E402
 from v1_generate import generate_suite  # noqa: E402
 from v1_handwritten import Expectation, all_handwritten  # noqa: E402
@@ -37,6 +39,17 @@ GOLDEN_RANDOM_SEEDS = (137, 127, 103, 81, 117, 72)
 
 def oracle_missing_reason() -> str | None:
     return launch.oracle_missing_reason("v1")
+
+
+def oracle_skip_message() -> str | None:
+    """Why an `oracle` test must skip (None: the oracle can run)."""
+    reason = oracle_missing_reason()
+    if reason is None:
+        return None
+    return (
+        f"vLLM 0.33.0 oracle not built at {launch.oracle_python('v1')} ({reason}); "
+        "run `make oracles` or `make conformance`"
+    )
 
 
 @dataclass
@@ -64,6 +77,13 @@ class HarnessResult:
         """How many scenarios exercised each behaviour, read from vLLM's traces."""
         return coverage(self.oracle_traces)
 
+    def mismatch_report(self) -> str | None:
+        """The summary and the first mismatch of each class (None: all matched)."""
+        if not self.mismatches:
+            return None
+        details = "\n\n".join(g[0].describe() for g in self.classes().values())
+        return f"{self.summary()}\n\n{details}"
+
     def summary(self) -> str:
         lines = [
             f"v1 conformance against vLLM {self.vllm_version}: {len(self.scenarios)} scenarios, "
@@ -71,6 +91,22 @@ class HarnessResult:
             f"(oracle {self.oracle_seconds:.1f} s, ours {self.ours_seconds:.1f} s)",
             "  coverage (scenarios): " + ", ".join(f"{k} {v}" for k, v in self.coverage().items()),
         ]
+        pd = [sc for sc in self.scenarios if "kv" in sc["config"]]
+        if pd:
+            failed = {m.scenario_id for m in self.mismatches}
+            lines.append(
+                f"  P/D: {len(pd)} scenarios with a KV connector, {sum(s['id'] in failed for s in pd)} mismatched"
+            )
+            for (role, policy, guard), group in sorted(pd_groups(pd).items()):
+                bad = sum(s["id"] in failed for s in group)
+                lines.append(
+                    f"    {role:<11} {policy:<9} {guard:<6} guard: {len(group):>4} scenarios, {bad} mismatched"
+                )
+            by_id = {s["id"]: s for s in pd}
+            pd_traces = [t for t in self.oracle_traces if t["id"] in by_id]
+            lines.append(
+                "  P/D coverage (scenarios): " + ", ".join(f"{k} {v}" for k, v in pd_coverage(pd_traces, by_id).items())
+            )
         for sig, group in sorted(self.classes().items(), key=lambda kv: -len(kv[1])):
             ids = ", ".join(m.scenario_id for m in group[:6]) + (" ..." if len(group) > 6 else "")
             lines.append(f"  class {sig[0]} {list(sig[1])}: {len(group)} scenario(s): {ids}")
@@ -79,6 +115,64 @@ class HarnessResult:
         for path in self.repro_files:
             lines.append(f"  minimal reproduction: {path}")
         return "\n".join(lines)
+
+
+def pd_groups(scenarios: list[dict]) -> dict[tuple[str, str, str], list[dict]]:
+    """P/D scenarios by (role, load-failure policy, preemption guard)."""
+    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+    for s in scenarios:
+        cfg = s["config"]
+        guard = "prefix" if cfg["prefix_guard"] else "fixed"
+        groups[(cfg["kv"]["role"], cfg["kv"]["load_failure_policy"], guard)].append(s)
+    return dict(groups)
+
+
+def pd_coverage(traces: list[dict], scenarios: dict[str, dict]) -> dict[str, int]:
+    """How many P/D scenarios exercised each connector path (vLLM's traces)."""
+    keys = [
+        "remote_load",
+        "load_after_local_hit",
+        "late_load",
+        "invalid_blocks",
+        "failed_recving",
+        "load_error_finish",
+        "abort_while_loading",
+        "abort_while_held",
+        "held_for_send",
+        "preempted_after_load",
+        "fence_on",
+    ]
+    counts = dict.fromkeys(keys, 0)
+    for trace in traces:
+        scenario = scenarios[trace["id"]]
+        bs = scenario["config"]["block_size"]
+        prompt = {r["id"]: r["prompt_len"] for r in scenario["requests"]}
+        hit = dict.fromkeys(keys, False)
+        loaded: dict[str, int] = {}  # request -> step its load was announced
+        status: dict[str, str] = {}
+        held: set[str] = set()
+        for r in trace["records"]:
+            if r["op"] == "abort":
+                hit["abort_while_loading"] |= any(status.get(i) == "WAITING_FOR_REMOTE_KVS" for i in r["ids"])
+                hit["abort_while_held"] |= any(i in held for i in r["ids"])
+            for rid, blocks in r.get("kv_recv", {}).items():
+                loaded[rid] = r["step"]
+                hit["load_after_local_hit"] |= len(blocks) < -(-prompt[rid] // bs)
+            hit["held_for_send"] |= bool(r.get("kv_send"))
+            out = r.get("kv_output")
+            if out:
+                hit["late_load"] |= any(r["step"] > loaded.get(i, r["step"]) for i in out["finished_recving"])
+                hit["invalid_blocks"] |= bool(out["invalid_block_ids"])
+                hit["failed_recving"] |= bool(out["failed_recving"])
+            hit["preempted_after_load"] |= any(i in loaded for i in r.get("preempted", ()))
+            status.update(r.get("status", {}))
+            held = set(r.get("held", held))
+        hit["remote_load"] = bool(loaded)
+        hit["load_error_finish"] = any(f["status"] == "FINISHED_ERROR" for f in trace["final"].values())
+        hit["fence_on"] = scenario["config"]["force_defer_block_free"]
+        for key, value in hit.items():
+            counts[key] += int(value)
+    return counts
 
 
 def _prefix_hits(schedule_records: list[dict]) -> dict[int, list[str]]:
@@ -151,14 +245,16 @@ def default_scenarios(
     prefix_twins: bool = True,
     handwritten: bool = True,
     caching_count: int = 0,
+    pd_count: int = 0,
 ) -> tuple[list[dict], dict[str, Expectation]]:
     scenarios: list[dict] = []
     expectations: dict[str, Expectation] = {}
     if handwritten:
-        for scenario, expect in all_handwritten():
+        for scenario, expect in all_handwritten() + all_pd_handwritten():
             scenarios.append(validate(scenario))
             expectations[scenario["id"]] = expect
     scenarios += generate_suite(count, first_seed, prefix_twins, caching_count)
+    scenarios += generate_pd_suite(pd_count, first_seed)
     return scenarios, expectations
 
 
@@ -194,7 +290,11 @@ def run_harness(
         expect = expectations.get(scenario["id"])
         if expect is not None:
             for side, trace in (("vllm", o_trace), ("ours", u_trace)):
-                for problem in expect(trace):
+                try:
+                    problems = expect(trace)
+                except Exception as exc:  # a trace too short or malformed for the check
+                    problems = [f"the check raised {type(exc).__name__}: {exc} (trace error: {trace['error']})"]
+                for problem in problems:
                     result.expectation_failures.append(f"{side} {scenario['id']}: {problem}")
         mismatch = compare(o_trace, u_trace)
         if mismatch is not None:

@@ -14,6 +14,10 @@ Adapter interface (duck-typed)::
     create_request(spec: dict) -> request           # one scenario request entry
     make_model_runner_output(req_ids, sampled_token_ids) -> ModelRunnerOutput
     abort(scheduler, ids)                           # finish_requests(ids, FINISHED_ABORTED)
+  and, for scenarios with a KV connector (config.kv):
+    connector_meta(scheduler_output) -> (recv, send)   # {req id: block ids} each: loads the
+                                                    # step starts, blocks it holds for a send
+    attach_kv_output(model_runner_output, report)   # the fake worker's report (pd_worker.py)
 
 Stdlib only, no package-relative imports (loaded by path in both interpreters).
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 import traceback
 from collections import deque
 
+from pd_worker import FakeWorker
 from v1_scenario import fake_token, request_by_id
 
 # A runaway scenario must not hang the suite: no more schedule() calls than this.
@@ -81,6 +86,8 @@ class _Run:
         self.pending: deque = deque()  # (step, scheduler_output, model_runner_output), FIFO
         self.step = 0
         self.records: list[dict] = []
+        # The connector's worker half (P/D scenarios only).
+        self.worker = FakeWorker(scenario) if "kv" in scenario["config"] else None
 
     # -- observations ---------------------------------------------------------
     def _fence(self) -> dict:
@@ -108,6 +115,17 @@ class _Run:
             "running": [r.request_id for r in self.sched.running],
         }
 
+    def _connector_view(self) -> dict:
+        """What the scheduler holds for the connector: finished requests whose
+        blocks wait for a send or a receive to end, loads reported done but not
+        yet promoted, loads reported failed."""
+        s = self.sched
+        return {
+            "held": sorted(rid for rid, r in s.requests.items() if r.is_finished()),
+            "recv_done": sorted(s.finished_recving_kv_req_ids),
+            "recv_failed": sorted(s.failed_recving_kv_req_ids),
+        }
+
     # -- actions --------------------------------------------------------------
     def add(self, ids: list[str]) -> dict:
         for rid in ids:
@@ -132,6 +150,11 @@ class _Run:
             for rid in req_ids
         ]
         self.pending.append((self.step, so, self.adapter.make_model_runner_output(req_ids, sampled)))
+        kv: dict = {}
+        if self.worker is not None:
+            recv, send = self.adapter.connector_meta(so)
+            self.worker.announce(self.step, recv, send)
+            kv = {"kv_recv": recv, "kv_send": send, **self._connector_view()}
         record = {
             "op": "schedule",
             "step": self.step,
@@ -142,6 +165,7 @@ class _Run:
             "alloc_calls": self.alloc.calls - calls_before,
             **self._fence(),
             **self._state(),
+            **kv,
         }
         self.step += 1
         return record
@@ -150,6 +174,12 @@ class _Run:
         if not self.pending:
             raise RuntimeError("update with no unprocessed SchedulerOutput (bad scenario)")
         step, so, mro = self.pending.popleft()
+        kv: dict = {}
+        if self.worker is not None:
+            report = self.worker.take(step)
+            if report is not None:
+                self.adapter.attach_kv_output(mro, report)
+            kv = {"kv_output": report}
         engine_outputs = self.sched.update_from_output(so, mro)
         outputs = {}
         for client_outputs in engine_outputs.values():
@@ -159,19 +189,25 @@ class _Run:
                     "tokens": list(out.new_token_ids),
                     "finish_reason": None if reason is None else str(reason),
                 }
-        return {"op": "update", "step": step, "outputs": outputs, **self._fence(), **self._state()}
+        if kv:
+            kv.update(self._connector_view())
+        return {"op": "update", "step": step, "outputs": outputs, **self._fence(), **self._state(), **kv}
 
     def abort(self, ids: list[str]) -> dict:
         self.adapter.abort(self.sched, list(ids))
-        return {"op": "abort", "ids": list(ids), **self._fence(), **self._state()}
+        kv = self._connector_view() if self.worker is not None else {}
+        return {"op": "abort", "ids": list(ids), **self._fence(), **self._state(), **kv}
 
     def drain(self, depth: int, max_steps: int) -> None:
         """The engine loop (`step_with_batch_queue` at depth > 1, `step` at depth 1):
         schedule while fewer than `depth` outputs are pending, else process the oldest."""
         steps = 0
         while True:
-            # Like EngineCore: schedule only while the scheduler has unfinished requests.
-            has_work = any(not self.reqs[rid].is_finished() for rid in self.added)
+            # Like EngineCore: schedule only while the scheduler has unfinished requests,
+            # or (P/D) finished ones whose blocks wait for the worker's report.
+            has_work = any(not self.reqs[rid].is_finished() for rid in self.added) or (
+                self.worker is not None and self.worker.pending()
+            )
             if has_work and len(self.pending) < depth and steps < max_steps:
                 self.records.append(self.schedule())
                 steps += 1

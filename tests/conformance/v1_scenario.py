@@ -19,14 +19,20 @@ Format (all keys required unless marked optional)::
         "force_defer_block_free": false,             # true: fence forced on, as vLLM's tests do;
                                                      # false: production gate (off: no connector)
         "prefix_guard": false,                       # true: pre-#49675 preemption loop
-        "enable_prefix_caching": false               # optional; true: automatic prefix caching
+        "enable_prefix_caching": false,              # optional; true: automatic prefix caching
+        "kv": {"role": "kv_consumer",                # optional: a KV connector in this role
+               "load_failure_policy": "recompute"}   #   ("fail" or "recompute"); see pd_worker.py
       },
+      "worker": {...},                   # optional (with config.kv): the fake connector worker's
+                                         # seeded script, see pd_worker.py
       "sampler": {"stop_prob": 0.1, "eos_prob": 0.0},  # optional, these defaults
       "requests": [
         {"id": "r0", "prompt_len": 40, "max_tokens": 8, "priority": 0,
          "arrival_time": 0.0, "stop_token_ids": [7], "ignore_eos": false,
-         "prompt_token_ids": [5, 5, ...]}         # optional: the prompt's content (prompt_len ids);
+         "prompt_token_ids": [5, 5, ...],         # optional: the prompt's content (prompt_len ids);
                                                   # default [0] * prompt_len, the same for every request
+         "kv_transfer_params": {"do_remote_prefill": true}}   # optional (with config.kv): a remote
+                                                  # prefill (consumer) or {"do_remote_decode": true}
       ],
       "actions": [
         {"op": "add", "ids": ["r0"]},
@@ -46,6 +52,8 @@ Format (all keys required unless marked optional)::
 from __future__ import annotations
 
 import hashlib
+
+from pd_worker import validate_worker
 
 # vLLM's EOS for the OPT config the oracle kit uses; our engine's test helpers use the same.
 EOS_TOKEN_ID = 50256
@@ -68,8 +76,11 @@ CONFIG_KEYS = {
     "force_defer_block_free": bool,
     "prefix_guard": bool,
 }
-OPTIONAL_CONFIG_KEYS = {"enable_prefix_caching": bool}
-OPTIONAL_REQUEST_KEYS = {"prompt_token_ids": list}
+OPTIONAL_CONFIG_KEYS = {"enable_prefix_caching": bool, "kv": dict}
+OPTIONAL_REQUEST_KEYS = {"prompt_token_ids": list, "kv_transfer_params": dict}
+KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
+KV_LOAD_FAILURE_POLICIES = ("fail", "recompute")
+KV_PARAM_KEYS = ("do_remote_prefill", "do_remote_decode")
 REQUEST_KEYS = {
     "id": str,
     "prompt_len": int,
@@ -122,6 +133,22 @@ def validate(scenario: dict) -> dict:
         raise ScenarioError(f"{where}: config.num_blocks must be >= 2 (one is the null block)")
     if config["long_prefill_token_threshold"] < 0:
         raise ScenarioError(f"{where}: config.long_prefill_token_threshold must be >= 0")
+    kv = config.get("kv")
+    if kv is not None:
+        if kv.get("role") not in KV_ROLES or kv.get("load_failure_policy") not in KV_LOAD_FAILURE_POLICIES:
+            raise ScenarioError(
+                f"{where}: config.kv needs role in {KV_ROLES} and load_failure_policy in "
+                f"{KV_LOAD_FAILURE_POLICIES}, got {kv!r}"
+            )
+        if set(kv) - {"role", "load_failure_policy"}:
+            raise ScenarioError(f"{where}: unknown config.kv keys {sorted(set(kv) - {'role', 'load_failure_policy'})}")
+    if "worker" in scenario:
+        if kv is None:
+            raise ScenarioError(f"{where}: a worker script needs config.kv")
+        try:
+            validate_worker(where, scenario["worker"])
+        except ValueError as exc:
+            raise ScenarioError(str(exc)) from None
 
     sampler = scenario.get("sampler", {})
     for key in ("stop_prob", "eos_prob"):
@@ -151,6 +178,12 @@ def validate(scenario: dict) -> dict:
                     f"{rwhere}.prompt_token_ids must hold prompt_len ({req['prompt_len']}) ints in "
                     f"[0, {NORMAL_TOKEN_RANGE[0]})"
                 )
+        params = req.get("kv_transfer_params")
+        if params is not None:
+            if kv is None:
+                raise ScenarioError(f"{rwhere}.kv_transfer_params needs config.kv")
+            if set(params) - set(KV_PARAM_KEYS) or not all(isinstance(v, bool) for v in params.values()):
+                raise ScenarioError(f"{rwhere}.kv_transfer_params may hold booleans {KV_PARAM_KEYS}, got {params!r}")
         unknown_keys = set(req) - set(REQUEST_KEYS) - set(OPTIONAL_REQUEST_KEYS)
         if unknown_keys:
             raise ScenarioError(f"{rwhere}: unknown keys {sorted(unknown_keys)}")

@@ -2,7 +2,7 @@
 
 The project never imports vLLM. A driver script (e.g. `tools/oracle/v1_driver.py`)
 runs inside the oracle's interpreter; this module finds that interpreter and the
-shared oracle kit, sets the environment `shared/oracle/env.sh` would set, sends
+oracle kit, sets the environment the kit's `env.sh` would set, sends
 one JSON document on stdin and reads one JSON document back from stdout.
 Importing vLLM takes ~20 s here, so callers batch all their work into one call.
 
@@ -10,8 +10,8 @@ Stdlib only, no package-relative imports: the v1 and v0 harnesses and the
 benchmarks load it by adding `tools/oracle/` to `sys.path`.
 
 Locations (environment overrides first):
-- shared/ directory: `$DISAGG_SIM_SHARED`, else `<repo>/../shared` (CI copies
-  shared/ beside the fresh clone, so the relative path is the default).
+- oracle kit (the scheduler kits, build scripts, model config): `$DISAGG_SIM_ORACLE_KIT_DIR`,
+  else the in-repo copy `tools/oracle/kit/` (see its README.md for where it came from).
 - v1 interpreter: `$DISAGG_SIM_ORACLE_V1`, else `~/.cache/disagg-sim/vllm-oracle/bin/python`.
 - v0 interpreter: `$DISAGG_SIM_ORACLE_V0`, else `~/.cache/disagg-sim/vllm-v0-oracle/bin/python`.
 """
@@ -36,7 +36,7 @@ class OracleSpec:
     name: str  # "v1" / "v0"
     python_env_var: str
     default_venv: str  # relative to ~/.cache/disagg-sim
-    build_script: str  # relative to shared/oracle
+    build_script: str  # relative to the kit directory
     home_env_default: str  # ORACLE_HOME default for env.sh-style caches
 
 
@@ -57,15 +57,11 @@ def _spec(name: str) -> OracleSpec:
         raise ValueError(f"unknown oracle {name!r}; allowed: {sorted(ORACLES)}") from None
 
 
-def shared_dir() -> Path:
-    """The shared/ directory beside the repository (or `$DISAGG_SIM_SHARED`)."""
-    override = os.environ.get("DISAGG_SIM_SHARED")
-    return Path(override).expanduser().resolve() if override else (REPO_ROOT.parent / "shared").resolve()
-
-
 def oracle_kit_dir() -> Path:
-    """The directory holding `vllm_scheduler_kit.py` / `v0_scheduler_kit.py`."""
-    return shared_dir() / "oracle"
+    """The directory holding `vllm_scheduler_kit.py` / `v0_scheduler_kit.py` and
+    the build scripts: the repository's own copy unless overridden."""
+    override = os.environ.get("DISAGG_SIM_ORACLE_KIT_DIR")
+    return Path(override).expanduser().resolve() if override else ORACLE_TOOLS_DIR / "kit"
 
 
 def oracle_python(name: str = "v1") -> Path:
@@ -83,12 +79,12 @@ def oracle_missing_reason(name: str = "v1") -> str | None:
         return f"vLLM {name} oracle interpreter not found at {python}"
     kit = oracle_kit_dir()
     if not kit.is_dir():
-        return f"oracle kit directory not found at {kit} (set DISAGG_SIM_SHARED)"
+        return f"oracle kit directory not found at {kit} (unset DISAGG_SIM_ORACLE_KIT_DIR)"
     return None
 
 
 def oracle_env(name: str = "v1") -> dict[str, str]:
-    """The subprocess environment: what `shared/oracle/env.sh` exports, on top of ours."""
+    """The subprocess environment: what the kit's `env.sh` exports, on top of ours."""
     spec = _spec(name)
     env = dict(os.environ)
     home = Path(env.get("ORACLE_HOME") or Path.home() / ".cache" / "disagg-sim" / spec.home_env_default)

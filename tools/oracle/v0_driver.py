@@ -2,12 +2,12 @@
 
 Runs INSIDE the v0 oracle venv (~/.cache/disagg-sim/vllm-v0-oracle), never in
 the project's. Every decision comes from vLLM: the driver only builds the
-scheduler and requests with the shared kit (`make_scheduler`, `make_request`)
+scheduler and requests with the oracle kit (`make_scheduler`, `make_request`)
 and steps it with the kit's `step()` (LLMEngine's bookkeeping minus the model).
 The one addition is a pass-through wrapper on the scheduler instance's
 `_preempt` that records which group was preempted and in which mode.
 
-    python v0_driver.py --kit-dir <shared>/oracle --in scenarios.json --out traces.json
+    python v0_driver.py --kit-dir tools/oracle/kit --in scenarios.json --out traces.json
 
 Input:  {"scenarios": [scenario, ...]}  (format in tests/conformance/v0/v0_scenarios.py)
 Output: {"vllm_version": str, "traces": [trace, ...]} in the same order, one
@@ -92,7 +92,7 @@ def run_scenario(kit, scenario):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kit-dir", required=True, help="directory holding v0_scheduler_kit.py (shared/oracle)")
+    ap.add_argument("--kit-dir", required=True, help="directory holding v0_scheduler_kit.py (tools/oracle/kit)")
     ap.add_argument("--in", dest="inp", required=True, help="scenarios JSON")
     ap.add_argument("--out", required=True, help="traces JSON to write")
     args = ap.parse_args(argv)

@@ -36,7 +36,7 @@ os.dup2(2, 1)
 sys.stdout = sys.stderr
 
 REPO = Path(os.environ.get("DISAGG_SIM_REPO") or Path(__file__).resolve().parents[2])
-KIT_DIR = os.environ.get("DISAGG_SIM_ORACLE_KIT") or str(REPO.parent / "shared" / "oracle")
+KIT_DIR = os.environ.get("DISAGG_SIM_ORACLE_KIT") or str(REPO / "tools" / "oracle" / "kit")
 sys.path.insert(0, KIT_DIR)
 sys.path.insert(0, str(REPO / "tests" / "conformance"))
 
@@ -45,11 +45,16 @@ import v1_play  # noqa: E402
 import v1_scenario  # noqa: E402
 import vllm  # noqa: E402
 import vllm_scheduler_kit as kit  # noqa: E402
-from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
+from pd_worker import ordered_ids  # noqa: E402
+from vllm.config import KVTransferConfig  # noqa: E402
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
 
 IMPORT_SECONDS = time.perf_counter() - _t0
 _REAL_MODEL_CONFIG = kit.ModelConfig
+_REAL_VLLM_CONFIG = kit.VllmConfig
+# The harness connector (tools/oracle/pd_oracle_connector.py), loaded by vLLM's factory.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def _prefix_guard_answer(self, request) -> bool:
@@ -64,6 +69,18 @@ def create_vllm_scheduler(config: dict, force_defer_block_free=None, prefix_guar
     # The kit does not pass max_model_len to ModelConfig, so the scheduler would
     # use the OPT config's 2048; pin the scenario's value where vLLM reads it.
     kit.ModelConfig = functools.partial(_REAL_MODEL_CONFIG, max_model_len=config["max_model_len"])
+    kv = config.get("kv")
+    if kv is not None:
+        kit.VllmConfig = functools.partial(
+            _REAL_VLLM_CONFIG,
+            kv_transfer_config=KVTransferConfig(
+                kv_connector="PDHarnessConnector",
+                kv_connector_module_path="pd_oracle_connector",
+                kv_role=kv["role"],
+                kv_load_failure_policy=kv["load_failure_policy"],
+                engine_id="harness",
+            ),
+        )
     try:
         sched = kit.create_scheduler(
             max_num_seqs=config["max_num_seqs"],
@@ -79,11 +96,16 @@ def create_vllm_scheduler(config: dict, force_defer_block_free=None, prefix_guar
         )
     finally:
         kit.ModelConfig = _REAL_MODEL_CONFIG
+        kit.VllmConfig = _REAL_VLLM_CONFIG
     assert sched.max_model_len == config["max_model_len"], sched.max_model_len
     if force_defer_block_free:
         # As vLLM's own tests do: the production gate needs a consumer connector
         # and max_concurrent_batches > 1, which the CPU platform never yields.
         sched.defer_block_free = True
+    elif kv is not None:
+        # The same reason: with a connector the CPU platform's gate may say
+        # either; the scenario's flag is the gate's value for its depth.
+        sched.defer_block_free = False
     if prefix_guard:
         sched._request_blocks_can_be_freed = types.MethodType(_prefix_guard_answer, sched)
     return sched
@@ -104,6 +126,12 @@ class VllmAdapter:
         )
 
     def create_request(self, spec: dict):
+        request = self._create_request(spec)
+        if "kv_transfer_params" in spec:
+            request.kv_transfer_params = dict(spec["kv_transfer_params"])
+        return request
+
+    def _create_request(self, spec: dict):
         return kit.create_requests(
             1,
             num_tokens=spec["prompt_len"],
@@ -131,6 +159,25 @@ class VllmAdapter:
     @staticmethod
     def abort(sched, ids: list[str]) -> None:
         sched.finish_requests(ids, RequestStatus.FINISHED_ABORTED)
+
+    @staticmethod
+    def connector_meta(scheduler_output) -> tuple[dict, dict]:
+        meta = scheduler_output.kv_connector_metadata
+        return dict(meta.reqs_to_recv), dict(meta.reqs_to_send)
+
+    @staticmethod
+    def attach_kv_output(model_runner_output, report: dict) -> None:
+        fields = {
+            "finished_sending": ordered_ids(report["finished_sending"]),
+            "finished_recving": ordered_ids(report["finished_recving"]),
+            "invalid_block_ids": set(report["invalid_block_ids"]),
+        }
+        if "failed_recving" in KVConnectorOutput.__dataclass_fields__:
+            fields["failed_recving"] = ordered_ids(report["failed_recving"]) or set()
+        elif report["failed_recving"]:
+            # vLLM 0.29.0 has no per-request load failures: the scenario cannot run there.
+            raise RuntimeError(f"vLLM {vllm.__version__}'s KVConnectorOutput has no failed_recving")
+        model_runner_output.kv_connector_output = KVConnectorOutput(**fields)
 
 
 def serve() -> None:

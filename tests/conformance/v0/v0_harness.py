@@ -39,8 +39,9 @@ def oracle_python() -> Path:
     return Path(os.environ.get("DISAGG_SIM_ORACLE_V0", DEFAULT_ORACLE_PYTHON))
 
 
-def shared_dir() -> Path:
-    return Path(os.environ.get("DISAGG_SIM_SHARED", REPO.parent / "shared"))
+def kit_dir() -> Path:
+    """The oracle kit: the in-repo copy (tools/oracle/kit) unless overridden."""
+    return Path(os.environ.get("DISAGG_SIM_ORACLE_KIT_DIR", REPO / "tools" / "oracle" / "kit"))
 
 
 def oracle_missing_reason() -> str | None:
@@ -49,16 +50,16 @@ def oracle_missing_reason() -> str | None:
     if not py.exists():
         return (
             f"v0 oracle absent: {py} does not exist (build it with tools/conformance_v0.sh or "
-            f"{shared_dir() / 'oracle' / 'build-v0.sh'}; or set DISAGG_SIM_ORACLE_V0)"
+            f"{kit_dir() / 'build-v0.sh'}; or set DISAGG_SIM_ORACLE_V0)"
         )
-    kit = shared_dir() / "oracle" / "v0_scheduler_kit.py"
+    kit = kit_dir() / "v0_scheduler_kit.py"
     if not kit.exists():
-        return f"v0 oracle kit absent: {kit} does not exist (set DISAGG_SIM_SHARED to the shared/ directory)"
+        return f"v0 oracle kit absent: {kit} does not exist (unset DISAGG_SIM_ORACLE_KIT_DIR)"
     return None
 
 
 def _oracle_env() -> dict[str, str]:
-    # The same as shared/oracle/env.sh: offline, caches out of $HOME.
+    # The same as the kit's env.sh: offline, caches out of $HOME.
     home = Path(os.environ.get("ORACLE_HOME", Path.home() / ".cache" / "disagg-sim" / "vllm-oracle-home"))
     home.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
@@ -94,7 +95,7 @@ def run_oracle(scenarios: list[dict], timeout: float = 600.0) -> dict:
                 str(oracle_python()),
                 str(DRIVER),
                 "--kit-dir",
-                str(shared_dir() / "oracle"),
+                str(kit_dir()),
                 "--in",
                 str(inp),
                 "--out",
