@@ -214,7 +214,12 @@ class CostModelSettings(_Strict):
 
 
 class RooflineSettings(_Strict):
-    """A roofline cost model (engine/roofline.py): a model's config.json fields on a GPU's datasheet figures."""
+    """A roofline cost model (engine/roofline.py): a model's config.json fields on a GPU's datasheet figures.
+    A factor left unset (null) takes the GPU's measured one (engine/data/gpus.json `efficiency`), else
+    engine/roofline.py's default; a number given here wins."""
+
+    # The factors default to None, not to numbers: dumped defaults used to
+    # override the GPU's measured factors (issue 32).
 
     name: str = Field("custom", min_length=1, max_length=100)
     # A shipped model name (engine/data/models.json) or config.json fields.
@@ -223,16 +228,20 @@ class RooflineSettings(_Strict):
     gpu: str | dict
     tp: int = Field(1, ge=1, le=MAX_PP)
     pp: int = Field(1, ge=1, le=MAX_PP)
-    host_overhead_ms: float = Field(1.0, ge=0, le=3_600_000)
-    compute_efficiency: float = Field(0.5, gt=0, le=1)
-    attention_efficiency: float = Field(0.35, gt=0, le=1)
-    memory_efficiency: float = Field(0.8, gt=0, le=1)
-    collective_latency_us: float = Field(8.0, ge=0, le=3_600_000)
+    host_overhead_ms: float | None = Field(None, ge=0, le=3_600_000)
+    compute_efficiency: float | None = Field(None, gt=0, le=1)
+    attention_efficiency: float | None = Field(None, gt=0, le=1)
+    memory_efficiency: float | None = Field(None, gt=0, le=1)
+    collective_latency_us: float | None = Field(None, ge=0, le=3_600_000)
 
     @model_validator(mode="after")
     def _builds(self) -> RooflineSettings:
-        RooflineCostModel.from_dict(self.model_dump())  # unknown names, bad config fields
+        RooflineCostModel.from_dict(self.roofline_dict())  # unknown names, bad config fields
         return self
+
+    def roofline_dict(self) -> dict:
+        """What RooflineCostModel.from_dict takes: the factors given, none of the unset ones."""
+        return self.model_dump(exclude_none=True)
 
 
 def _load_preset_file(path: str) -> dict:
@@ -351,7 +360,9 @@ class ClusterSpec(_Strict):
         return self.prefill.count > 0
 
     def cost(self) -> StepCostModel:
-        if isinstance(self.cost_model, (CostModelSettings, RooflineSettings)):
+        if isinstance(self.cost_model, RooflineSettings):
+            return get_cost_model(self.cost_model.roofline_dict())
+        if isinstance(self.cost_model, CostModelSettings):
             return get_cost_model(self.cost_model.model_dump())
         return get_cost_model(self.cost_model)
 

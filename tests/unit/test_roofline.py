@@ -162,3 +162,36 @@ def test_a_config_json_as_published_is_accepted():
     m = get_model(config)
     assert m.is_moe and m.num_experts == 8 and m.moe_intermediate_size == 14336
     assert round(m.num_params / 1e9, 1) == 46.7  # Mixtral-8x7B's published 46.7B
+
+
+SHAPES = [
+    StepShape(decode_tokens=1, context_tokens=1000, batch_size=1, decode_context_tokens=1000),
+    StepShape(decode_tokens=64, context_tokens=96_000, batch_size=64, decode_context_tokens=96_000),
+    StepShape(prefill_tokens=8192, context_tokens=8192, batch_size=8, prefill_attention_pairs=8 * 1024 * 1025 // 2),
+]
+
+
+@pytest.mark.parametrize(
+    ("preset", "model", "gpu"),
+    [("qwen3-8b-h100", "qwen3-8b", "h100-sxm"), ("llama-3.1-8b-a100", "llama-3.1-8b", "a100-sxm-80gb")],
+)
+def test_a_mapping_runs_as_the_preset_of_the_same_model_and_gpu(preset, model, gpu):
+    """Issue 32: the scenario mapping dumped RooflineSettings' defaults over the GPU's measured factors."""
+    spec = ClusterSpec.model_validate({"cost_model": {"model": model, "gpu": gpu}})
+    mapped, named = spec.cost(), get_cost_model(preset)
+    assert isinstance(mapped, RooflineCostModel) and mapped.params == named.params
+    assert mapped.params.compute_efficiency == dict(get_gpu(gpu).efficiency)["compute_efficiency"] != 0.5
+    assert [mapped.step_time(s) for s in SHAPES] == [named.step_time(s) for s in SHAPES]
+    # The resolved cluster as a result stores it (nulls for the unset factors) re-reads the same.
+    again = ClusterSpec.model_validate(spec.model_dump())
+    assert again.cost().params == named.params
+
+
+def test_a_factor_given_in_the_mapping_wins_over_the_gpus():
+    spec = ClusterSpec.model_validate(
+        {"cost_model": {"model": "qwen3-8b", "gpu": "h100-sxm", "memory_efficiency": 0.9}}
+    )
+    params = spec.cost().params
+    assert params.memory_efficiency == 0.9
+    assert params.compute_efficiency == dict(get_gpu("h100-sxm").efficiency)["compute_efficiency"]
+    assert spec.cost().step_time(SHAPES[0]) < get_cost_model("qwen3-8b-h100").step_time(SHAPES[0])
