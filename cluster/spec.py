@@ -228,7 +228,15 @@ class RooflineSettings(_Strict):
     gpu: str | dict
     tp: int = Field(1, ge=1, le=MAX_PP)
     pp: int = Field(1, ge=1, le=MAX_PP)
+    # Weights' dtype: "auto" (the checkpoint's), "bf16", or "fp8" (vLLM --quantization fp8:
+    # one byte per weight, GEMMs at the GPU's FP8 peak).
+    dtype: Literal["auto", "bf16", "fp8"] = "auto"
+    # KV cache dtype: "auto" (the checkpoint's) or "fp8" (vLLM --kv-cache-dtype fp8: one byte per value).
+    kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
+    # Host time per step: host_overhead_ms + host_per_seq_us x rows + host_per_token_us x tokens.
     host_overhead_ms: float | None = Field(None, ge=0, le=3_600_000)
+    host_per_seq_us: float | None = Field(None, ge=0, le=3_600_000)
+    host_per_token_us: float | None = Field(None, ge=0, le=3_600_000)
     compute_efficiency: float | None = Field(None, gt=0, le=1)
     attention_efficiency: float | None = Field(None, gt=0, le=1)
     memory_efficiency: float | None = Field(None, gt=0, le=1)
