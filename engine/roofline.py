@@ -12,11 +12,12 @@ the `pp` stages, connector/stage_pipeline.py):
 with F and B the tensor-parallel group's summed peak FLOPS (FP8 for FP8
 weights on a GPU with FP8 units, else BF16) and memory bandwidth. Linear
 FLOPs are 2 x active parameters per token (q/k/v/o, the MLP or the k
-routed experts) plus the LM head for each sampled sequence; weight bytes are read once per step (for MoE only the experts the step's
-tokens touch: E x (1 - (1 - k/E)^T) expected). Attention is 4 x heads x
-head_dim FLOPs per (query, key) pair; decode reads every context token's K/V
-and every step writes its tokens' K/V. A TP group runs two ring all-reduces
-of the step's activations per layer. The why and the numbers:
+routed experts) plus the LM head for each sampled sequence; weight bytes
+are read once per step (for MoE only the experts the step's tokens touch:
+E x (1 - (1 - k/E)^T) expected). Attention is 4 x heads x head_dim FLOPs
+per (query, key) pair; decode reads every context token's K/V and every
+step writes its tokens' K/V. A TP group runs two ring all-reduces of the
+step's activations per layer. The why and the numbers:
 docs/cost-model.md.
 """
 
@@ -174,7 +175,7 @@ class RooflineCostModel:
 
     @property
     def weight_dtype(self) -> str:
-        """"fp8" when the weights are one byte (then the GEMMs run at the FP8 peak)."""
+        """The GEMMs' dtype: fp8 when the weights are one byte (run at the FP8 peak), else bf16."""
         return "fp8" if self.weight_bytes_per_value == 1 else "bf16"
 
     @property
