@@ -13,6 +13,7 @@ from connector.pull_policy import KVFaultPolicy
 from engine.block_hash import prompt_block_hashes
 from engine.config import CacheConfig, SchedulerConfig
 from engine.cost_model import COST_MODELS, StepCostModel, cost_model_names, get_cost_model
+from engine.front_end import DEFAULT_FRONT_END, FrontEndParams, front_end_params
 from engine.node_core import NodeSpec
 from engine.prompt import PromptTokens
 from engine.roofline import RooflineCostModel
@@ -252,6 +253,29 @@ class RooflineSettings(_Strict):
         return self.model_dump(exclude_none=True)
 
 
+class FrontEndSettings(_Strict):
+    """vLLM's API server in front of each engine (engine/front_end.py): per request its parsing, chat template and
+    tokenization, per output token its detokenization and streaming, served one at a time (FIFO). Applied by the
+    proxy; until the proxy calls it, `disagg-sim validate-cost` applies it when it re-simulates published runs."""
+
+    # A preset of engine/data/front_end.json ("off": none).
+    preset: str = Field(DEFAULT_FRONT_END, min_length=1, max_length=100)
+    # Overrides of the preset's terms; unset (null) keeps the preset's.
+    request_ms: float | None = Field(None, ge=0, le=3_600_000)
+    prompt_token_us: float | None = Field(None, ge=0, le=3_600_000)
+    output_token_us: float | None = Field(None, ge=0, le=3_600_000)
+    ipc_ms: float | None = Field(None, ge=0, le=3_600_000)
+
+    @model_validator(mode="after")
+    def _known_preset(self) -> FrontEndSettings:
+        self.params()  # an unknown preset names the allowed ones
+        return self
+
+    def params(self) -> FrontEndParams:
+        overrides = {k: v for k, v in self.model_dump(exclude={"preset"}).items() if v is not None}
+        return front_end_params(self.preset, **overrides)
+
+
 def _load_preset_file(path: str) -> dict:
     """A preset file (`disagg-sim calibrate` writes them): JSON, a cost model mapping."""
     import json
@@ -275,6 +299,8 @@ class ClusterSpec(_Strict):
     cost_model: str | CostModelSettings | RooflineSettings = "synthetic-8b"
     # prefix_aware: to the node the proxy sent the longest prefix of the prompt before.
     routing: Literal["round_robin", "least_loaded", "prefix_aware"] = "round_robin"
+    # vLLM's API server in front of the engines (Front end, below).
+    front_end: FrontEndSettings = Field(default_factory=FrontEndSettings)
     sampler: SamplerSettings = Field(default_factory=SamplerSettings)
     shadow_kv: bool = True
     # KV payload per token (bytes): small by default; 131072 B is an 8B-class
@@ -448,5 +474,6 @@ __all__ = [
     "LinksSpec",
     "SamplerSettings",
     "RooflineSettings",
+    "FrontEndSettings",
     "COST_MODELS",
 ]
