@@ -230,8 +230,8 @@ class RooflineSettings(_Strict):
     tp: int = Field(1, ge=1, le=MAX_PP)
     pp: int = Field(1, ge=1, le=MAX_PP)
     # Weights' dtype: "auto" (the checkpoint's), "bf16", or "fp8" (vLLM --quantization fp8:
-    # one byte per weight, GEMMs at the GPU's FP8 peak).
-    dtype: Literal["auto", "bf16", "fp8"] = "auto"
+    # one byte per weight, GEMMs at the GPU's FP8 peak), or "mxfp4" (gpt-oss: MoE experts at 4.25 bits).
+    dtype: Literal["auto", "bf16", "fp8", "mxfp4"] = "auto"
     # KV cache dtype: "auto" (the checkpoint's) or "fp8" (vLLM --kv-cache-dtype fp8: one byte per value).
     kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
     # Host time per step: host_overhead_ms + host_per_seq_us x rows + host_per_token_us x tokens.

@@ -48,8 +48,12 @@ CUDAGRAPH_GiB = 1.0
 # Weight and KV-cache dtypes a cost model accepts: "auto" is the checkpoint's
 # (config.json torch_dtype); "fp8" is vLLM's `--quantization fp8` /
 # `--kv-cache-dtype fp8` (one byte per value).
-DTYPES = ("auto", "bf16", "fp8")
+# "mxfp4" (gpt-oss checkpoints): the MoE experts in MXFP4 (4-bit values and
+# one 8-bit scale per 32: 4.25 bits), attention and embeddings in BF16, the
+# GEMMs at the BF16 peak (weight-only kernels on Hopper and older).
+DTYPES = ("auto", "bf16", "fp8", "mxfp4")
 DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+MXFP4_BYTES = 4.25 / 8
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,7 @@ class RooflineCostModel:
         attn_peak = g.bf16_tflops * 1e12 * self.tp
         bw = g.memory_bandwidth_GBps * 1e9 * self.tp
         layers, db, act = m.num_hidden_layers, self.weight_bytes_per_value, m.dtype_bytes
+        db_mlp = self.mlp_bytes_per_value
         sampled = max(shape.batch_size, 1)
 
         # Linear layers: every token through the attention projections and
@@ -140,7 +145,7 @@ class RooflineCostModel:
             mlp_active = mlp_read = m.expert_params
         head = m.vocab_size * m.hidden_size
         lin_flops = 2.0 * tokens * layers * (m.attn_params_per_layer + mlp_active) + 2.0 * sampled * head
-        lin_bytes = (layers * (m.attn_params_per_layer + mlp_read) + head) * db
+        lin_bytes = layers * (m.attn_params_per_layer * db + mlp_read * db_mlp) + head * db
         t_linear = max(lin_flops / (flops * p.compute_efficiency), lin_bytes / (bw * p.memory_efficiency))
 
         # Attention: (query, key) pairs; K/V read for every attended token,
@@ -171,7 +176,14 @@ class RooflineCostModel:
     # -- dtypes ---------------------------------------------------------------
     @property
     def weight_bytes_per_value(self) -> int:
-        return self.model.dtype_bytes if self.dtype == "auto" else DTYPE_BYTES[self.dtype]
+        """Bytes per weight of attention, embeddings and (but under mxfp4) the MLP."""
+        if self.dtype == "auto":
+            return self.model.dtype_bytes
+        return DTYPE_BYTES.get(self.dtype, 2)
+
+    @property
+    def mlp_bytes_per_value(self) -> float:
+        return MXFP4_BYTES if self.dtype == "mxfp4" else self.weight_bytes_per_value
 
     @property
     def weight_dtype(self) -> str:
@@ -184,7 +196,9 @@ class RooflineCostModel:
 
     @property
     def weight_bytes(self) -> int:
-        return self.model.num_params * self.weight_bytes_per_value
+        m = self.model
+        mlp = m.num_hidden_layers * m.mlp_params_per_layer
+        return int((m.num_params - mlp) * self.weight_bytes_per_value + mlp * self.mlp_bytes_per_value)
 
     # -- memory ---------------------------------------------------------------
     @property

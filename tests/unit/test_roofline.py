@@ -239,7 +239,7 @@ def test_fp8_weights_and_kv_cache_halve_the_bytes_and_run_at_the_fp8_peak():
         lin / (989e12 * eff) - lin / (1979e12 * eff), rel=0.02
     )
     assert fp8.to_dict()["dtype"] == "fp8" and "dtype" not in bf16.to_dict()
-    with pytest.raises(ValueError, match=r"dtype='int4' is invalid; allowed: \['auto', 'bf16', 'fp8'\]"):
+    with pytest.raises(ValueError, match=r"dtype='int4' is invalid; allowed: \['auto', 'bf16', 'fp8', 'mxfp4'\]"):
         RooflineCostModel.from_dict({"model": "llama-3.1-8b", "gpu": "h100-sxm", "dtype": "int4"})
     with pytest.raises(ValueError, match="kv_cache_dtype"):
         ClusterSpec.model_validate({"cost_model": {"model": "qwen3-8b", "gpu": "h20", "kv_cache_dtype": "fp4"}})
@@ -259,3 +259,13 @@ def test_host_time_grows_with_the_batch():
     assert m.host_time(64, 64) == pytest.approx(0.002 + 64 * 10e-6 + 64 * 1e-6)
     base = m.with_params(host_per_seq_us=0.0, host_per_token_us=0.0)
     assert m.step_time(SHAPES[1]) - base.step_time(SHAPES[1]) == pytest.approx(64 * 11e-6)
+
+
+def test_mxfp4_puts_the_experts_at_4_25_bits_and_the_rest_at_bf16():
+    bf16 = RooflineCostModel.from_dict({"model": "gpt-oss-120b", "gpu": "h100-sxm"})
+    mx = RooflineCostModel.from_dict({"model": "gpt-oss-120b", "gpu": "h100-sxm", "dtype": "mxfp4"})
+    m = mx.model
+    experts = m.num_hidden_layers * m.mlp_params_per_layer
+    assert mx.weight_bytes == int((m.num_params - experts) * 2 + experts * 4.25 / 8)
+    assert 60e9 < mx.weight_bytes < 66e9  # the published checkpoint: ~60.8 GiB
+    assert mx.step_time(SHAPES[1]) < bf16.step_time(SHAPES[1]) / 2  # batch 64 reads most experts
