@@ -82,6 +82,12 @@ class FrontEnd:
 
     def __init__(self, params: FrontEndParams) -> None:
         self.params = params
+        # In seconds, once: the replay of a run calls these per token.
+        self._off = params.is_off
+        self._request_s = params.request_ms / 1e3
+        self._prompt_token_s = params.prompt_token_us / 1e6
+        self._output_token_s = params.output_token_us / 1e6
+        self._ipc_s = params.ipc_ms / 1e3
         self._free_at = 0.0  # when the server finishes the work it holds
         self.busy_s = 0.0  # total service time handed out (for utilisation)
 
@@ -94,16 +100,13 @@ class FrontEnd:
     def request_ready_at(self, now: float, prompt_len: int) -> float:
         """When the engine gets a request that reached the server at `now`:
         parsed, templated and tokenized in turn, then one IPC hop."""
-        p = self.params
-        if p.is_off:
+        if self._off:
             return now
-        done = self._serve(now, p.request_ms / 1e3 + p.prompt_token_us * prompt_len / 1e6)
-        return done + p.ipc_ms / 1e3
+        return self._serve(now, self._request_s + self._prompt_token_s * prompt_len) + self._ipc_s
 
     def tokens_visible_at(self, now: float, num_tokens: int) -> float:
         """When the client sees `num_tokens` tokens of one request the engine
         emitted at `now`: one IPC hop, then detokenized and streamed in turn."""
-        p = self.params
-        if p.is_off:
+        if self._off:
             return now
-        return self._serve(now + p.ipc_ms / 1e3, p.output_token_us * num_tokens / 1e6)
+        return self._serve(now + self._ipc_s, self._output_token_s * num_tokens)
