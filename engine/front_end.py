@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from functools import cache
+from typing import Any
 
 from .model_shape import DATA_DIR
 
@@ -56,7 +57,7 @@ PARAM_NAMES = tuple(f.name for f in fields(FrontEndParams))
 
 
 @cache
-def shipped_front_ends() -> dict[str, dict]:
+def shipped_front_ends() -> dict[str, dict[str, Any]]:
     """Presets by name (engine/data/front_end.json), each with its `source`."""
     import json
 

@@ -177,9 +177,15 @@ def fit_class(runs: Runs, points: Sequence[Point], fitted: Fitted, cls: str) -> 
         runs.log(f"  {cls}: compute_efficiency={cc} memory_efficiency={mm}: {s:.4f}")
         return s
 
+    def at_memory(mm: float) -> Callable[[float], float]:
+        return lambda x: total(x, mm)
+
+    def at_compute(cc: float) -> Callable[[float], float]:
+        return lambda x: total(cc, x)
+
     for _ in range(3):
-        c_new = _walk(COMPUTE_GRID, c, _memo(lambda x, m=m: total(x, m)))
-        m_new = _walk(MEMORY_GRID, m, _memo(lambda x, c=c_new: total(c, x)))
+        c_new = _walk(COMPUTE_GRID, c, _memo(at_memory(m)))
+        m_new = _walk(MEMORY_GRID, m, _memo(at_compute(c_new)))
         if (c_new, m_new) == (c, m):
             break
         c, m = c_new, m_new

@@ -124,11 +124,11 @@ def render(
     for p in points:
         r = results[p.id]["held_out"]
         e = point_errors(p, r)
-        cells = []
+        row: list[str] = []
         for key, _ in METRICS:
             pub = getattr(p.published, key)
-            cells.append(f"{_fmt(pub)} / {_fmt(r[key]) if pub is not None else '–'}")
-            cells.append(f"{e[key]:+.0f} %" if key in e else "–")
+            row.append(f"{_fmt(pub)} / {_fmt(r[key]) if pub is not None else '–'}")
+            row.append(f"{e[key]:+.0f} %" if key in e else "–")
         ins = point_errors(p, results[p.id]["in_sample"])
         in_cell = " / ".join(f"{ins[k]:+.0f} %" if k in ins else "–" for k, _ in METRICS)
         used = [
@@ -143,7 +143,7 @@ def render(
         blocks = f"{r['num_gpu_blocks']:,}" + (" (start-up bound)" if r["kv_floor"] else "")
         lines.append(
             f"| [{p.id}]({p.source.url}) | {p.lab} | {p.model} | {_gpus(p)} | {_workload(p)} | "
-            + " | ".join(cells)
+            + " | ".join(row)
             + f" | {in_cell} | {blocks} | {', '.join(used)} |"
         )
     lines += [
