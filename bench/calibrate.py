@@ -20,6 +20,14 @@ engine/cost_model.py) and `roofline` (the host overhead and the three
 efficiency factors of a given model and GPU, engine/roofline.py, by a
 multiplicative coordinate search; the data must hold both compute-bound and
 memory-bound steps for the efficiencies to be identifiable).
+
+From a bench JSON, `--front-end-out` also fits the API server's terms
+(engine/front_end.py): what each request's TTFT holds beyond the preset's
+prefill step (least squares on the prompt length: request_ms + 2 x ipc_ms
+as the intercept, prompt_token_us the slope) and what its median ITL holds
+beyond the preset's decode step (output_token_us); the roofline fit then
+runs on the TTFTs less that front-end time. Exact where nothing queues
+(concurrency 1); under load queueing lands in these terms too.
 """
 
 from __future__ import annotations
@@ -88,20 +96,17 @@ def load_step_timings(path: Path, node: str | None = None) -> list[Point]:
     return points
 
 
-def load_bench_serve(path: Path) -> list[Point]:
-    """Points from a `vllm bench serve --save-result --save-detailed` JSON."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise InputError(f"{path}: cannot read ({err}); allowed: a vllm bench serve results JSON") from None
-    for key in ("input_lens", "output_lens", "ttfts", "itls"):
-        if not isinstance(data.get(key), list):
-            raise InputError(f"{path}: {key} is missing; allowed: a results JSON saved with --save-detailed")
+def load_bench_serve(path: Path, front_end_s=None) -> list[Point]:
+    """Points from a `vllm bench serve --save-result --save-detailed` JSON;
+    `front_end_s(prompt_len)`, if given, is taken off each TTFT first."""
+    data = load_bench_json(path)
     conc = data.get("max_concurrency") or 1
     ins, outs = data["input_lens"], data["output_lens"]
     mean_ctx = int(sum(i + o / 2 for i, o in zip(ins, outs)) / max(len(ins), 1))
     points: list[Point] = []
     for n_in, ttft, itls in zip(ins, data["ttfts"], data["itls"]):
+        if front_end_s is not None and ttft:
+            ttft = ttft - front_end_s(n_in)
         if ttft and ttft > 0 and n_in > 0:
             pairs = n_in * (n_in + 1) // 2
             points.append((StepShape(n_in, 0, n_in, 1, 0, pairs), float(ttft)))
@@ -111,6 +116,49 @@ def load_bench_serve(path: Path) -> list[Point]:
     if not points:
         raise InputError(f"{path}: no request with a TTFT or ITLs")
     return points
+
+
+def load_bench_json(path: Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise InputError(f"{path}: cannot read ({err}); allowed: a vllm bench serve results JSON") from None
+    for key in ("input_lens", "output_lens", "ttfts", "itls"):
+        if not isinstance(data.get(key), list):
+            raise InputError(f"{path}: {key} is missing; allowed: a results JSON saved with --save-detailed")
+    return data
+
+
+def fit_front_end(data: dict, model) -> dict[str, float]:
+    """The API server's terms from per-request TTFTs and ITLs (module docstring):
+    {request_ms, prompt_token_us, output_token_us, ipc_ms}; ipc_ms is folded
+    into request_ms (one intercept cannot tell them apart)."""
+    conc = data.get("max_concurrency") or 1
+    ins, outs = data["input_lens"], data["output_lens"]
+    rows, resid = [], []
+    itl_resid = []
+    mean_ctx = int(sum(i + o / 2 for i, o in zip(ins, outs)) / max(len(ins), 1))
+    decode = model.step_time(StepShape(0, conc, conc * mean_ctx, conc, conc * mean_ctx, 0))
+    for n_in, ttft, itls in zip(ins, data["ttfts"], data["itls"]):
+        if ttft and ttft > 0 and n_in > 0:
+            prefill = model.step_time(StepShape(n_in, 0, n_in, 1, 0, n_in * (n_in + 1) // 2))
+            rows.append([1.0, float(n_in)])
+            resid.append(ttft - prefill)
+        if itls:
+            itl_resid.append(median(itls) - decode)
+    if not rows:
+        raise InputError("--front-end-out: no request with a TTFT")
+    coef, *_ = np.linalg.lstsq(np.array(rows), np.array(resid), rcond=None)
+    intercept, slope = float(coef[0]), float(coef[1])
+    if slope < 0:  # not identifiable from these lengths: all of it per request
+        intercept, slope = float(np.mean(resid)), 0.0
+    out_s = max(0.0, float(median(itl_resid))) if itl_resid else 0.0
+    return {
+        "request_ms": round(max(0.0, intercept) * 1e3, 4),
+        "prompt_token_us": round(slope * 1e6, 4),
+        "output_token_us": round(out_s * 1e6, 4),
+        "ipc_ms": 0.0,
+    }
 
 
 def _rel_errors(model, points: list[Point]) -> np.ndarray:
@@ -174,9 +222,27 @@ def calibrate(
     preset: str | None = None,
     node: str | None = None,
     name: str | None = None,
+    front_end_out: Path | None = None,
 ) -> dict:
     fmt = fmt if fmt != "auto" else ("steps" if source.suffix in (".jsonl", ".ndjson") else "bench")
-    points = load_step_timings(source, node) if fmt == "steps" else load_bench_serve(source)
+    front_end = None
+    if front_end_out is not None:
+        if fmt != "bench" or kind != "roofline" or preset is None:
+            raise InputError("--front-end-out: allowed only with a bench JSON, --kind roofline and --preset")
+        try:
+            base_model = get_cost_model(preset)
+        except ValueError as err:
+            raise InputError(f"--preset: {err}") from None
+        front_end = fit_front_end(load_bench_json(source), base_model)
+        front_end_out.write_text(json.dumps({"preset": "off", **front_end}, indent=2) + "\n")
+    if fmt == "steps":
+        points = load_step_timings(source, node)
+    elif front_end is None:
+        points = load_bench_serve(source)
+    else:
+        per_request = front_end["request_ms"] / 1e3
+        per_token = front_end["prompt_token_us"] / 1e6
+        points = load_bench_serve(source, lambda n: per_request + per_token * n)
     name = name or out.stem
     model: CostModel | RooflineCostModel
     if kind == "linear":
@@ -201,6 +267,8 @@ def calibrate(
         "max_abs_error_pct": round(float(np.max(errs)), 3),
         "preset": doc,
         "out": str(out),
+        "front_end": front_end,
+        "front_end_out": str(front_end_out) if front_end_out else None,
     }
 
 
@@ -219,6 +287,12 @@ def add_calibrate_parser(sub) -> None:
     c.add_argument(
         "--out", type=Path, required=True, help="the preset file to write (*.json); name it in cluster.cost_model"
     )
+    c.add_argument(
+        "--front-end-out",
+        type=Path,
+        help="bench JSON + --kind roofline: also fit the API server's terms and write them here "
+        "(a cluster.front_end mapping)",
+    )
     c.set_defaults(func=cmd_calibrate)
 
 
@@ -229,11 +303,15 @@ def cmd_calibrate(args) -> int:
         )
     if not args.source.exists():
         raise InputError(f"{args.source}: no such file; allowed: a *.steps.jsonl or a vllm bench serve results JSON")
-    report = calibrate(args.source, args.kind, args.out, args.fmt, args.preset, args.node)
+    report = calibrate(
+        args.source, args.kind, args.out, args.fmt, args.preset, args.node, front_end_out=args.front_end_out
+    )
     print(
         f"fitted {args.kind} cost model on {report['points']} points: median |error| "
         f"{report['median_abs_error_pct']:.2f} %, max {report['max_abs_error_pct']:.2f} %"
     )
     print(json.dumps(report["preset"], indent=2))
     print(f"wrote {report['out']} (use it as cluster.cost_model: {report['out']})")
+    if report["front_end"] is not None:
+        print(f"front end: {report['front_end']}; wrote {report['front_end_out']} (use it as cluster.front_end)")
     return 0

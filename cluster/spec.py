@@ -22,6 +22,7 @@ from connector.pull_policy import KVFaultPolicy
 from engine.block_hash import prompt_block_hashes
 from engine.config import MODELLED_VLLM_VERSIONS, CacheConfig, SchedulerConfig
 from engine.cost_model import COST_MODELS, StepCostModel, cost_model_names, get_cost_model
+from engine.front_end import DEFAULT_FRONT_END, FrontEndParams, front_end_params
 from engine.node_core import NodeSpec
 from engine.prompt import PromptTokens
 from engine.roofline import RooflineCostModel
@@ -233,7 +234,12 @@ class CostModelSettings(_Strict):
 
 
 class RooflineSettings(_Strict):
-    """A roofline cost model (engine/roofline.py): a model's config.json fields on a GPU's datasheet figures."""
+    """A roofline cost model (engine/roofline.py): a model's config.json fields on a GPU's datasheet figures.
+    A factor left unset (null) takes the GPU's measured one (engine/data/gpus.json `efficiency`), else
+    engine/roofline.py's default; a number given here wins."""
+
+    # The factors default to None, not to numbers: dumped defaults used to
+    # override the GPU's measured factors (issue 32).
 
     name: str = Field("custom", min_length=1, max_length=100)
     # A shipped model name (engine/data/models.json) or config.json fields.
@@ -242,16 +248,51 @@ class RooflineSettings(_Strict):
     gpu: str | dict
     tp: int = Field(1, ge=1, le=MAX_PP)
     pp: int = Field(1, ge=1, le=MAX_PP)
-    host_overhead_ms: float = Field(1.0, ge=0, le=3_600_000)
-    compute_efficiency: float = Field(0.5, gt=0, le=1)
-    attention_efficiency: float = Field(0.35, gt=0, le=1)
-    memory_efficiency: float = Field(0.8, gt=0, le=1)
-    collective_latency_us: float = Field(8.0, ge=0, le=3_600_000)
+    # Weights' dtype: "auto" (the checkpoint's), "bf16", or "fp8" (vLLM --quantization fp8:
+    # one byte per weight, GEMMs at the GPU's FP8 peak), or "mxfp4" (gpt-oss: MoE experts at 4.25 bits).
+    dtype: Literal["auto", "bf16", "fp8", "mxfp4"] = "auto"
+    # KV cache dtype: "auto" (the checkpoint's) or "fp8" (vLLM --kv-cache-dtype fp8: one byte per value).
+    kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
+    # Host time per step: host_overhead_ms + host_per_seq_us x rows + host_per_token_us x tokens.
+    host_overhead_ms: float | None = Field(None, ge=0, le=3_600_000)
+    host_per_seq_us: float | None = Field(None, ge=0, le=3_600_000)
+    host_per_token_us: float | None = Field(None, ge=0, le=3_600_000)
+    compute_efficiency: float | None = Field(None, gt=0, le=1)
+    attention_efficiency: float | None = Field(None, gt=0, le=1)
+    memory_efficiency: float | None = Field(None, gt=0, le=1)
+    collective_latency_us: float | None = Field(None, ge=0, le=3_600_000)
 
     @model_validator(mode="after")
     def _builds(self) -> RooflineSettings:
-        RooflineCostModel.from_dict(self.model_dump())  # unknown names, bad config fields
+        RooflineCostModel.from_dict(self.roofline_dict())  # unknown names, bad config fields
         return self
+
+    def roofline_dict(self) -> dict:
+        """What RooflineCostModel.from_dict takes: the factors given, none of the unset ones."""
+        return self.model_dump(exclude_none=True)
+
+
+class FrontEndSettings(_Strict):
+    """vLLM's API server in front of each engine (engine/front_end.py): per request its parsing, chat template and
+    tokenization, per output token its detokenization and streaming, served one at a time (FIFO). Applied by the
+    proxy; until the proxy calls it, `disagg-sim validate-cost` applies it when it re-simulates published runs."""
+
+    # A preset of engine/data/front_end.json ("off": none).
+    preset: str = Field(DEFAULT_FRONT_END, min_length=1, max_length=100)
+    # Overrides of the preset's terms; unset (null) keeps the preset's.
+    request_ms: float | None = Field(None, ge=0, le=3_600_000)
+    prompt_token_us: float | None = Field(None, ge=0, le=3_600_000)
+    output_token_us: float | None = Field(None, ge=0, le=3_600_000)
+    ipc_ms: float | None = Field(None, ge=0, le=3_600_000)
+
+    @model_validator(mode="after")
+    def _known_preset(self) -> FrontEndSettings:
+        self.params()  # an unknown preset names the allowed ones
+        return self
+
+    def params(self) -> FrontEndParams:
+        overrides = {k: v for k, v in self.model_dump(exclude={"preset"}).items() if v is not None}
+        return front_end_params(self.preset, **overrides)
 
 
 def _load_preset_file(path: str) -> dict:
@@ -285,6 +326,8 @@ class ClusterSpec(_Strict):
     cost_model: str | CostModelSettings | RooflineSettings = "synthetic-8b"
     # prefix_aware: to the node the proxy sent the longest prefix of the prompt before.
     routing: Literal["round_robin", "least_loaded", "prefix_aware"] = "round_robin"
+    # vLLM's API server in front of the engines (Front end, below).
+    front_end: FrontEndSettings = Field(default_factory=FrontEndSettings)
     sampler: SamplerSettings = Field(default_factory=SamplerSettings)
     shadow_kv: bool = True
     # KV payload per token (bytes): small by default; 131072 B is an 8B-class
@@ -378,7 +421,9 @@ class ClusterSpec(_Strict):
         return self.prefill.count > 0
 
     def cost(self) -> StepCostModel:
-        if isinstance(self.cost_model, (CostModelSettings, RooflineSettings)):
+        if isinstance(self.cost_model, RooflineSettings):
+            return get_cost_model(self.cost_model.roofline_dict())
+        if isinstance(self.cost_model, CostModelSettings):
             return get_cost_model(self.cost_model.model_dump())
         return get_cost_model(self.cost_model)
 
@@ -458,5 +503,6 @@ __all__ = [
     "LinksSpec",
     "SamplerSettings",
     "RooflineSettings",
+    "FrontEndSettings",
     "COST_MODELS",
 ]

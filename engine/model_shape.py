@@ -153,6 +153,13 @@ class GPUSpec:
     # Per direction, to each peer: what a ring all-reduce's steps run at.
     interconnect_GBps: float
     source: str = ""
+    # Dense FP8 tensor TFLOPS; 0: no FP8 tensor cores (Ampere), where vLLM's
+    # FP8 checkpoints run weight-only FP8 kernels at the BF16 peak.
+    fp8_tflops: float = 0.0
+    # The architecture (hopper, ampere, ada, blackwell, cdna3): the validation
+    # fits efficiency factors per class, so a GPU without published runs of its
+    # own can take its class's (docs/cost-model.md).
+    gpu_class: str = ""
     # Roofline efficiency factors measured for this GPU (engine/roofline.py's
     # RooflineParams fields), used where a cost model does not give its own;
     # the shipped ones are fitted on published runs (docs/validation.md).
@@ -163,6 +170,15 @@ class GPUSpec:
     def __post_init__(self) -> None:
         for name in ("bf16_tflops", "memory_bandwidth_GBps", "memory_GB", "interconnect_GBps"):
             _check_positive(f"gpu {self.name!r}", name, getattr(self, name), float)
+        v = self.fp8_tflops
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise ValueError(f"gpu {self.name!r}: fp8_tflops={v!r} is invalid; allowed: a number >= 0 (0: none)")
+
+    def peak_tflops(self, dtype: str) -> float:
+        """Dense tensor TFLOPS of the GEMMs for weights of `dtype` ("fp8" or 16-bit)."""
+        if dtype == "fp8" and self.fp8_tflops > 0:
+            return self.fp8_tflops
+        return self.bf16_tflops
 
     @classmethod
     def from_dict(cls, name: str, data: dict) -> GPUSpec:

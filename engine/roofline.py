@@ -4,19 +4,20 @@ GPU, tensor- and pipeline-parallel, priced from the step's batch.
 Per step (all layers; the pipeline executor splits a step's time evenly over
 the `pp` stages, connector/stage_pipeline.py):
 
-    time = host_overhead
+    time = host time (host_overhead + host_per_seq x rows + host_per_token x tokens)
          + max(linear FLOPs / (F * compute_eff),   weight bytes / (B * memory_eff))
          + max(attention FLOPs / (F * attention_eff), KV bytes / (B * memory_eff))
          + TP all-reduces + PP hand-overs
 
-with F and B the tensor-parallel group's summed peak BF16 FLOPS and memory
-bandwidth. Linear FLOPs are 2 x active parameters per token (q/k/v/o, the
-MLP or the k routed experts) plus the LM head for each sampled sequence;
-weight bytes are read once per step (for MoE only the experts the step's
-tokens touch: E x (1 - (1 - k/E)^T) expected). Attention is 4 x heads x
-head_dim FLOPs per (query, key) pair; decode reads every context token's K/V
-and every step writes its tokens' K/V. A TP group runs two ring all-reduces
-of the step's activations per layer. The why and the numbers:
+with F and B the tensor-parallel group's summed peak FLOPS (FP8 for FP8
+weights on a GPU with FP8 units, else BF16) and memory bandwidth. Linear
+FLOPs are 2 x active parameters per token (q/k/v/o, the MLP or the k
+routed experts) plus the LM head for each sampled sequence; weight bytes
+are read once per step (for MoE only the experts the step's tokens touch:
+E x (1 - (1 - k/E)^T) expected). Attention is 4 x heads x head_dim FLOPs
+per (query, key) pair; decode reads every context token's K/V and every
+step writes its tokens' K/V. A TP group runs two ring all-reduces of the
+step's activations per layer. The why and the numbers:
 docs/cost-model.md.
 """
 
@@ -44,13 +45,29 @@ SAMPLER_BYTES_PER_LOGIT = 16
 CUDAGRAPH_GiB = 1.0
 
 
+# Weight and KV-cache dtypes a cost model accepts: "auto" is the checkpoint's
+# (config.json torch_dtype); "fp8" is vLLM's `--quantization fp8` /
+# `--kv-cache-dtype fp8` (one byte per value).
+# "mxfp4" (gpt-oss checkpoints): the MoE experts in MXFP4 (4-bit values and
+# one 8-bit scale per 32: 4.25 bits), attention and embeddings in BF16, the
+# GEMMs at the BF16 peak (weight-only kernels on Hopper and older).
+DTYPES = ("auto", "bf16", "fp8", "mxfp4")
+DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+MXFP4_BYTES = 4.25 / 8
+
+
 @dataclass(frozen=True)
 class RooflineParams:
     """The few factors a roofline cannot know; `disagg-sim calibrate` fits them."""
 
-    # Scheduling, input preparation, sampling and launch gaps per step (ms):
-    # vLLM V1 with CUDA graphs, of the order docs/cost-model.md cites.
+    # The engine core's CPU time per step, between GPU launches: scheduling,
+    # input preparation and sampling (vLLM V1 with CUDA graphs), as a + b x
+    # rows + c x tokens: a per step (ms), b per scheduled sequence (us),
+    # c per scheduled token (us). docs/cost-model.md, "Host time", has the
+    # profiles and the fit the defaults come from.
     host_overhead_ms: float = 1.0
+    host_per_seq_us: float = 0.0
+    host_per_token_us: float = 0.0
     # Share of peak FLOPS the GEMMs reach, and the attention kernels.
     compute_efficiency: float = 0.5
     attention_efficiency: float = 0.35
@@ -64,7 +81,7 @@ class RooflineParams:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
                 raise ValueError(f"roofline: {name}={v!r} is invalid; allowed: a number in (0, 1]")
-        for name in ("host_overhead_ms", "collective_latency_us"):
+        for name in ("host_overhead_ms", "host_per_seq_us", "host_per_token_us", "collective_latency_us"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise ValueError(f"roofline: {name}={v!r} is invalid; allowed: a number >= 0")
@@ -81,8 +98,18 @@ class RooflineCostModel:
     tp: int = 1
     pp: int = 1
     params: RooflineParams = field(default_factory=RooflineParams)
+    # Weights' and KV cache's dtype (DTYPES): "fp8" reads one byte per value
+    # and runs the GEMMs at the GPU's FP8 peak (the KV cache: one byte per
+    # value read, written, moved and stored; attention stays at the 16-bit
+    # peak, which is what FlashAttention runs after dequantising).
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
+        for n in ("dtype", "kv_cache_dtype"):
+            v = getattr(self, n)
+            if v not in DTYPES:
+                raise ValueError(f"cost model {self.name!r}: {n}={v!r} is invalid; allowed: {list(DTYPES)}")
         for n in ("tp", "pp"):
             v = getattr(self, n)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -100,9 +127,11 @@ class RooflineCostModel:
         if tokens == 0:
             return 0.0
         m, g, p = self.model, self.gpu, self.params
-        flops = g.bf16_tflops * 1e12 * self.tp
+        flops = g.peak_tflops(self.weight_dtype) * 1e12 * self.tp
+        attn_peak = g.bf16_tflops * 1e12 * self.tp
         bw = g.memory_bandwidth_GBps * 1e9 * self.tp
-        layers, db = m.num_hidden_layers, m.dtype_bytes
+        layers, db, act = m.num_hidden_layers, self.weight_bytes_per_value, m.dtype_bytes
+        db_mlp = self.mlp_bytes_per_value
         sampled = max(shape.batch_size, 1)
 
         # Linear layers: every token through the attention projections and
@@ -116,7 +145,7 @@ class RooflineCostModel:
             mlp_active = mlp_read = m.expert_params
         head = m.vocab_size * m.hidden_size
         lin_flops = 2.0 * tokens * layers * (m.attn_params_per_layer + mlp_active) + 2.0 * sampled * head
-        lin_bytes = (layers * (m.attn_params_per_layer + mlp_read) + head) * db
+        lin_bytes = layers * (m.attn_params_per_layer * db + mlp_read * db_mlp) + head * db
         t_linear = max(lin_flops / (flops * p.compute_efficiency), lin_bytes / (bw * p.memory_efficiency))
 
         # Attention: (query, key) pairs; K/V read for every attended token,
@@ -125,11 +154,11 @@ class RooflineCostModel:
         prefill_ctx = max(shape.context_tokens - decode_ctx, 0)
         pairs = shape.prefill_attention_pairs + decode_ctx
         attn_flops = 4.0 * layers * m.num_attention_heads * m.head_size * pairs
-        kv_bytes = m.kv_bytes_per_token * (decode_ctx + prefill_ctx + tokens)
-        t_attn = max(attn_flops / (flops * p.attention_efficiency), kv_bytes / (bw * p.memory_efficiency))
+        kv_bytes = self.kv_bytes_per_token * (decode_ctx + prefill_ctx + tokens)
+        t_attn = max(attn_flops / (attn_peak * p.attention_efficiency), kv_bytes / (bw * p.memory_efficiency))
 
         t_comm = 0.0
-        act_bytes = tokens * m.hidden_size * db
+        act_bytes = tokens * m.hidden_size * act  # activations stay 16-bit under FP8 weights
         lat = p.collective_latency_us * 1e-6
         if self.tp > 1:  # two ring all-reduces per layer
             ring = 2.0 * (self.tp - 1) / self.tp * act_bytes / (g.interconnect_GBps * 1e9)
@@ -137,19 +166,52 @@ class RooflineCostModel:
         if self.pp > 1:  # one activation hand-over per stage boundary
             t_comm += (self.pp - 1) * (act_bytes / (g.interconnect_GBps * 1e9) + lat)
 
-        return p.host_overhead_ms / 1000.0 + t_linear + t_attn + t_comm
+        return self.host_time(shape.batch_size, tokens) + t_linear + t_attn + t_comm
+
+    def host_time(self, rows: int, tokens: int) -> float:
+        """Seconds of engine-core CPU time in a step of `rows` sequences and `tokens` tokens."""
+        p = self.params
+        return p.host_overhead_ms / 1e3 + (p.host_per_seq_us * rows + p.host_per_token_us * tokens) / 1e6
+
+    # -- dtypes ---------------------------------------------------------------
+    @property
+    def weight_bytes_per_value(self) -> int:
+        """Bytes per weight of attention, embeddings and (but under mxfp4) the MLP."""
+        if self.dtype == "auto":
+            return self.model.dtype_bytes
+        return DTYPE_BYTES.get(self.dtype, 2)
+
+    @property
+    def mlp_bytes_per_value(self) -> float:
+        return MXFP4_BYTES if self.dtype == "mxfp4" else self.weight_bytes_per_value
+
+    @property
+    def weight_dtype(self) -> str:
+        """The GEMMs' dtype: fp8 when the weights are one byte (run at the FP8 peak), else bf16."""
+        return "fp8" if self.weight_bytes_per_value == 1 else "bf16"
+
+    @property
+    def kv_bytes_per_value(self) -> int:
+        return self.model.dtype_bytes if self.kv_cache_dtype == "auto" else DTYPE_BYTES[self.kv_cache_dtype]
+
+    @property
+    def weight_bytes(self) -> int:
+        m = self.model
+        mlp = m.num_hidden_layers * m.mlp_params_per_layer
+        return int((m.num_params - mlp) * self.weight_bytes_per_value + mlp * self.mlp_bytes_per_value)
 
     # -- memory ---------------------------------------------------------------
     @property
     def kv_bytes_per_token(self) -> int:
         """Bytes of K/V one token carries across all GPUs: the KV handoff's payload."""
-        return self.model.kv_bytes_per_token
+        m = self.model
+        return 2 * m.num_hidden_layers * m.num_key_value_heads * m.head_size * self.kv_bytes_per_value
 
     def kv_bytes_per_token_per_gpu(self) -> int:
         m = self.model
         kv_heads = -(-m.num_key_value_heads // self.tp)  # replicated when tp > kv heads, as vLLM does
         layers = -(-m.num_hidden_layers // self.pp)
-        return 2 * layers * kv_heads * m.head_size * m.dtype_bytes
+        return 2 * layers * kv_heads * m.head_size * self.kv_bytes_per_value
 
     def num_gpu_blocks(
         self,
@@ -176,7 +238,7 @@ class RooflineCostModel:
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
                 raise ValueError(f"{name}={v!r} is invalid; allowed: a number >= 0 (GiB)")
         total = self.gpu.memory_GB * 1e9
-        weights = self.model.weight_bytes / (self.tp * self.pp)
+        weights = self.weight_bytes / (self.tp * self.pp)
         if non_torch_GiB is None:
             non_torch_GiB = NON_TORCH_TP_GiB if self.tp > 1 else NON_TORCH_GiB
         non_kv = weights + self.profile_activation_bytes(max_num_batched_tokens, max_num_seqs)
@@ -217,13 +279,15 @@ class RooflineCostModel:
             "tp": self.tp,
             "pp": self.pp,
             **asdict(self.params),
+            # Only when set: presets and results written before these existed stay as they were.
+            **{k: getattr(self, k) for k in ("dtype", "kv_cache_dtype") if getattr(self, k) != "auto"},
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> RooflineCostModel:
-        """{model, gpu, tp?, pp?, name?, <RooflineParams fields>?}; model and gpu
+        """{model, gpu, tp?, pp?, name?, dtype?, kv_cache_dtype?, <RooflineParams fields>?}; model and gpu
         are shipped names or mappings (config.json fields / datasheet figures)."""
-        allowed = {"name", "model", "gpu", "tp", "pp", *PARAM_NAMES}
+        allowed = {"name", "model", "gpu", "tp", "pp", "dtype", "kv_cache_dtype", *PARAM_NAMES}
         unknown = set(data) - allowed
         if unknown:
             raise ValueError(f"cost model: unknown field(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
@@ -244,6 +308,8 @@ class RooflineCostModel:
             tp=data.get("tp", 1),
             pp=data.get("pp", 1),
             params=params,
+            dtype=data.get("dtype", "auto"),
+            kv_cache_dtype=data.get("kv_cache_dtype", "auto"),
         )
 
     def with_params(self, **changes: float) -> RooflineCostModel:

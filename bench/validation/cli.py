@@ -9,34 +9,53 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench.errors import InputError, did_you_mean
-from engine.roofline import RooflineParams
 
-from .dataset import DATASET, Point, load_points
-from .fit import FITTED, fit, load_fitted, save_fitted
-from .report import METRICS, render
-from .simulate import simulate
+from .dataset import DATASET, INDEPENDENT, Point, load_all
+from .fit import FITTED, Fitted, Runs, fit, load_fitted, save_fitted
+from .report import METRICS, point_errors, render
+from .simulate import skip_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "validation.md"
 RESULTS = Path(__file__).resolve().parent / "results.json"
 
 
-def predict(points: list[Point], fitted: dict[str, RooflineParams], log=print) -> dict[str, dict]:
-    """Every point simulated with its GPU's fitted factors and with the defaults."""
+def split(points: list[Point]) -> tuple[list[Point], list[tuple[Point, str]]]:
+    """(re-simulated points, [(skipped point, why)])."""
+    sim, skipped = [], []
+    for p in points:
+        why = skip_reason(p)
+        if why is None:
+            sim.append(p)
+        else:
+            skipped.append((p, why))
+    return sim, skipped
+
+
+def fit_all(points: list[Point], runs: Runs, log=print) -> tuple[Fitted, dict[str, Fitted]]:
+    """In-sample on every point, and one fit per source without it (leave-one-source-out)."""
+    log("== in-sample fit")
+    in_sample = fit(points, runs, log)
+    held_out = {}
+    for lab in sorted({p.lab for p in points}):
+        log(f"== fit without {lab}")
+        held_out[lab] = fit([p for p in points if p.lab != lab], runs, log)
+    return in_sample, held_out
+
+
+def predict(
+    points: list[Point], in_sample: Fitted, held_out: dict[str, Fitted], runs: Runs, log=print
+) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for p in points:
-        if p.gpu not in fitted:
-            raise InputError(f"{p.id}: no fitted factors for gpu {p.gpu!r}; allowed: {sorted(fitted)} (or run --fit)")
+        if p.lab not in held_out:
+            raise InputError(f"{p.id}: no leave-one-source-out fit for source {p.lab!r}; allowed: run with --fit")
         out[p.id] = {
-            "fitted": asdict(simulate(p, fitted[p.gpu])),
-            "defaults": asdict(simulate(p, RooflineParams())),
+            "in_sample": asdict(runs.predict(p, in_sample)),
+            "held_out": asdict(runs.predict(p, held_out[p.lab])),
         }
-        r = out[p.id]["fitted"]
-        errs = "  ".join(
-            f"{label} {100 * (r[key] - getattr(p.published, key)) / getattr(p.published, key):+.0f}%"
-            for key, label in METRICS
-        )
-        log(f"{p.id}: {errs}")
+        e = point_errors(p, out[p.id]["held_out"])
+        log(f"{p.id}: " + "  ".join(f"{label} {e[key]:+.0f}%" for key, label in METRICS if key in e))
     return out
 
 
@@ -46,7 +65,10 @@ def select(points: list[Point], only: list[str] | None) -> list[Point]:
     ids = [p.id for p in points]
     for name in only:
         if name not in ids:
-            raise InputError(f"--only {name!r}: no such point{did_you_mean(name, ids)}; allowed: an id of {DATASET}")
+            raise InputError(
+                f"--only {name!r}: no such re-simulated point{did_you_mean(name, ids)}; allowed: an id of "
+                f"{DATASET.name} or {INDEPENDENT.name} that is not skipped"
+            )
     return [p for p in points if p.id in only]
 
 
@@ -61,7 +83,7 @@ def load_results(path: Path = RESULTS) -> dict[str, dict]:
 def add_validate_cost_parser(sub) -> None:
     v = sub.add_parser(
         "validate-cost",
-        help="re-simulate published vLLM measurements (bench/validation/published.yaml); write docs/validation.md",
+        help="re-simulate published vLLM measurements (bench/validation/*.yaml); write docs/validation.md",
     )
     v.add_argument(
         "--only",
@@ -74,34 +96,48 @@ def add_validate_cost_parser(sub) -> None:
         action="store_true",
         help="rewrite the Markdown from the stored predictions (bench/validation/results.json); simulate nothing",
     )
-    v.add_argument("--fit", action="store_true", help="refit the per-GPU efficiency factors first (slow: minutes)")
-    v.add_argument("--dataset", type=Path, default=DATASET, help="the points file (default: the shipped one)")
-    v.add_argument("--fitted", type=Path, default=FITTED, help="the per-GPU factors file (default: the shipped one)")
+    v.add_argument(
+        "--fit",
+        action="store_true",
+        help="refit first, in-sample and leave-one-source-out (slow: tens of minutes)",
+    )
+    v.add_argument(
+        "--dataset",
+        type=Path,
+        action="append",
+        help="a points file (repeatable; default: published.yaml and independent.yaml)",
+    )
+    v.add_argument("--fitted", type=Path, default=FITTED, help="the fitted-parameters file (default: the shipped one)")
     v.add_argument("--out", type=Path, help=f"the Markdown to write (default: {DOC.relative_to(ROOT)})")
     v.add_argument("--results", type=Path, help=f"the predictions JSON to write (default: {RESULTS.relative_to(ROOT)})")
     v.set_defaults(func=cmd_validate_cost)
 
 
 def cmd_validate_cost(args) -> int:
-    if not args.dataset.exists():
-        raise InputError(f"--dataset {args.dataset}: no such file; allowed: a published-points YAML")
-    all_points = load_points(args.dataset)
-    points = select(all_points, args.only)
+    paths = args.dataset or [DATASET, INDEPENDENT]
+    for path in paths:
+        if not path.exists():
+            raise InputError(f"--dataset {path}: no such file; allowed: a published-points YAML")
+    every, skipped = split(load_all(paths))
+    points = select(every, args.only)
+    log = lambda s: print(s, file=sys.stderr)  # noqa: E731
+    runs = Runs(log)
     if args.fit:
-        fitted_raw = fit(all_points, log=lambda s: print(s, file=sys.stderr))
-        save_fitted(fitted_raw, all_points, args.fitted)
+        in_sample, held_out = fit_all(every, runs, log)
+        save_fitted(in_sample, held_out, args.fitted)
     if not args.fitted.exists():
-        raise InputError(f"--fitted {args.fitted}: no such file; allowed: a fitted-factors JSON (or --fit)")
-    fitted = load_fitted(args.fitted)
+        raise InputError(f"--fitted {args.fitted}: no such file; allowed: a fitted-parameters JSON (or --fit)")
+    stored = load_fitted(args.fitted)
+    in_sample, held_out = stored["in_sample"], stored["held_out"]
     if args.render_only:
-        stored = load_results(args.results or RESULTS)
-        missing = [p.id for p in points if p.id not in stored]
+        kept = load_results(args.results or RESULTS)
+        missing = [p.id for p in points if p.id not in kept]
         if missing:
             raise InputError(f"--render-only: no stored predictions for {missing}; allowed: run without --render-only")
-        results = {p.id: stored[p.id] for p in points}
+        results = {p.id: kept[p.id] for p in points}
     else:
-        results = predict(points, fitted, log=lambda s: print(s, file=sys.stderr))
-    doc = render(points, fitted, results)
+        results = predict(points, in_sample, held_out, runs, log)
+    doc = render(points, [] if args.only else skipped, in_sample, held_out, results)
     out = args.out if args.out is not None else (None if args.only else DOC)
     # --render-only reads the predictions; it has nothing new to store.
     res_path = None if args.render_only else (args.results or (None if args.only else RESULTS))

@@ -1,29 +1,35 @@
 """Re-simulate one published point in-process, the way it was run.
 
-The node is one aggregated vLLM v1 engine (no disaggregation: `prefill.count:
-0`) with vLLM's defaults for the version and GPU; the workload is the
-published one (docs/validation.md, "How each point is re-simulated").
+The nodes are aggregated vLLM v1 engines (no disaggregation: `prefill.count:
+0`; `replicas` of them behind the router) with vLLM's defaults for the
+version and GPU and the serve command's flags; the workload is the published
+one; the API server (engine/front_end.py) is applied to the finished run by
+bench/validation/front_end_replay.py until the proxy calls it
+(docs/validation.md, "How each point is re-simulated").
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from bench.metrics import compute_metrics
 from bench.scenario import Scenario
+from engine.front_end import FrontEndParams
+from engine.model_shape import get_gpu, shipped_gpus, shipped_models
 from engine.roofline import RooflineCostModel, RooflineParams
 
 from .dataset import Point
+from .front_end_replay import Emissions, emissions_of, replay
 
-# vLLM's serving defaults per GPU (vLLM's vllm/engine/arg_utils.py,
+# vLLM's serving defaults per GPU (vllm/engine/arg_utils.py,
 # `_set_default_max_num_seqs_and_batched_tokens_args`): a GPU of >= 70 GiB
 # that is not an A100 gets 8,192 batched tokens and 1,024 sequences for the
 # OpenAI server; every other GPU 2,048 and 256.
-SERVER_DEFAULTS = {"h100-sxm": (8192, 1024)}
+BIG_GPU_DEFAULTS = (8192, 1024)
 OTHER_GPUS = (2048, 256)
 # ShareGPT as `vllm bench serve` samples it: prompts <= 1,024 tokens and
 # prompt + output <= 2,048 (its is_valid_sequence); lengths in between are
@@ -31,9 +37,17 @@ OTHER_GPUS = (2048, 256)
 SHAREGPT_SIGMA = {"prompt": 1.0, "output": 0.9}
 SHAREGPT_MIN, SHAREGPT_MAX = 4, 1024
 # vLLM's max_model_len when `--max-model-len` is not given: the model's
-# max_position_embeddings (config.json: 40,960 for the Qwen3 dense models,
-# 262,144 for Qwen3-235B-A22B-Instruct-2507).
-MAX_POSITION_EMBEDDINGS = {"qwen3-8b": 40960, "qwen3-14b": 40960, "qwen3-32b": 40960, "qwen3-235b-a22b": 262144}
+# max_position_embeddings (config.json).
+MAX_POSITION_EMBEDDINGS = {
+    "qwen3-8b": 40960,
+    "qwen3-14b": 40960,
+    "qwen3-32b": 40960,
+    "qwen3-235b-a22b": 262144,
+    "llama-3.1-8b": 131072,
+    "qwen2-7b": 32768,
+    "gpt-oss-20b": 131072,
+    "gpt-oss-120b": 131072,
+}
 BLOCK_SIZE = 16
 
 
@@ -50,6 +64,19 @@ class Predicted:
     # held at least that much.
     kv_floor: bool
     num_preemptions: int
+
+
+def skip_reason(point: Point) -> str | None:
+    """Why a point is not re-simulated (yet), or None."""
+    if point.pd is not None:
+        return "P/D: the hand-off is phase 2 of issue 32"
+    if point.model not in shipped_models():
+        return f"model {point.model} not in engine/data/models.json"
+    if point.gpu not in shipped_gpus():
+        return f"gpu {point.gpu} not in engine/data/gpus.json"
+    if point.model not in MAX_POSITION_EMBEDDINGS:
+        return f"model {point.model}: max_position_embeddings not recorded"
+    return None
 
 
 def _clipped_lognormal_mean(mu: float, sigma: float, lo: float, hi: float) -> float:
@@ -93,20 +120,54 @@ def workload_for(point: Point) -> dict:
     return wl
 
 
+def _flag(point: Point, name: str) -> str | None:
+    m = re.search(rf"--{name}[ =]([^\s)]+)", point.serve.replace("_", "-"))
+    return m.group(1) if m else None
+
+
 def vllm_max_model_len(point: Point) -> int:
-    """`--max-model-len` of the serve command, else the model's maximum."""
-    m = re.search(r"--max[-_]model[-_]len[ =](\d+)", point.serve)
+    """`--max-model-len` of the serve command (or max_model_len= of a launcher), else the model's maximum."""
+    m = re.search(r"max[-_]model[-_]len[ =](\d+)", point.serve)
     return int(m.group(1)) if m else MAX_POSITION_EMBEDDINGS[point.model]
 
 
+def server_defaults(point: Point) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of `vllm serve` on this GPU."""
+    gpu = get_gpu(point.gpu)
+    big = gpu.memory_GB * 1e9 >= 70 * 2**30 and not point.gpu.startswith("a100")
+    return BIG_GPU_DEFAULTS if big else OTHER_GPUS
+
+
+def memory_utilization(point: Point) -> float:
+    v = _flag(point, "gpu-memory-utilization")
+    return float(v) if v else 0.9
+
+
+def cost_dict(point: Point, params: RooflineParams) -> dict:
+    """The roofline cost model of the point: its model, GPU, parallelism and dtypes."""
+    quant = (point.quantization or "").lower()
+    dtype = "mxfp4" if quant.startswith("mxfp4") else "fp8" if quant.startswith("fp8") else "auto"
+    kv = "fp8" if (_flag(point, "kv-cache-dtype") or "").startswith("fp8") else "auto"
+    return {
+        "name": point.id,
+        "model": point.model,
+        "gpu": point.gpu,
+        "tp": point.tp,
+        "pp": point.pp,
+        "dtype": dtype,
+        "kv_cache_dtype": kv,
+        **asdict(params),
+    }
+
+
 def kv_pool(point: Point, params: RooflineParams) -> tuple[int, bool]:
-    """KV blocks as vLLM sizes them (engine/roofline.py's estimate, 0.9 of the
-    memory), raised to one max_model_len request when the estimate is below
-    it: vLLM refuses to start otherwise, and every published run started."""
-    tokens, seqs = SERVER_DEFAULTS.get(point.gpu, OTHER_GPUS)
-    model = RooflineCostModel.from_dict({"model": point.model, "gpu": point.gpu, "tp": point.tp, **vars(params)})
+    """KV blocks as vLLM sizes them (engine/roofline.py's estimate), raised to
+    one max_model_len request when the estimate is below it: vLLM refuses to
+    start otherwise, and every published run started."""
+    tokens, seqs = server_defaults(point)
+    model = RooflineCostModel.from_dict(cost_dict(point, params))
     try:
-        estimate = model.num_gpu_blocks(0.9, BLOCK_SIZE, tokens, seqs)
+        estimate = model.num_gpu_blocks(memory_utilization(point), BLOCK_SIZE, tokens, seqs)
     except ValueError:
         estimate = 0
     floor = -(-vllm_max_model_len(point) // BLOCK_SIZE)
@@ -115,27 +176,29 @@ def kv_pool(point: Point, params: RooflineParams) -> tuple[int, bool]:
 
 def scenario_for(point: Point, params: RooflineParams, seed: int = 0) -> dict:
     """The scenario document that re-runs `point` with the roofline `params`."""
-    tokens, seqs = SERVER_DEFAULTS.get(point.gpu, OTHER_GPUS)
+    tokens, seqs = server_defaults(point)
     wl = workload_for(point)
     blocks, _ = kv_pool(point, params)
     engine = {
         "num_gpu_blocks": blocks,
-        "gpu_memory_utilization": 0.9,
+        "gpu_memory_utilization": memory_utilization(point),
         "max_num_batched_tokens": tokens,
         "max_num_seqs": seqs,
         "max_model_len": vllm_max_model_len(point),
         "enable_prefix_caching": point.prefix_caching,
         "async_scheduling": False,
     }
-    cost = {"name": point.id, "model": point.model, "gpu": point.gpu, "tp": point.tp, **vars(params)}
     return {
         "name": f"validate-{point.id}"[:100],
         "runtime": "inproc",
         "seed": seed,
         "cluster": {
             "prefill": {"count": 0},
-            "decode": {"count": 1, "engine": engine},
-            "cost_model": cost,
+            "decode": {"count": point.replicas, "engine": engine, "pp_size": point.pp},
+            "cost_model": cost_dict(point, params),
+            "routing": "round_robin",
+            # The API server is applied after the run (front_end_replay.py), not by the proxy yet.
+            "front_end": {"preset": "off"},
             # The shadow KV store checks block contents; it changes no timing and costs a third of the run.
             "shadow_kv": False,
         },
@@ -145,24 +208,52 @@ def scenario_for(point: Point, params: RooflineParams, seed: int = 0) -> dict:
     }
 
 
-def simulate(point: Point, params: RooflineParams | None = None, seed: int = 0) -> Predicted:
-    """Run `point` once in-process (virtual clock) and return vllm bench serve's means."""
-    params = params or RooflineParams()
-    scenario = Scenario(scenario_for(point, params, seed), source=f"bench/validation/published.yaml#{point.id}")
+@dataclass(frozen=True)
+class EngineRun:
+    """What a run of the engines gives the front-end replay: the workload and each request's emissions."""
+
+    workload: tuple
+    max_concurrency: int | None
+    emissions: dict[str, Emissions]
+    num_gpu_blocks: int
+    kv_floor: bool
+    num_preemptions: int
+
+
+def run_engines(point: Point, params: RooflineParams, seed: int = 0) -> EngineRun:
+    """Run `point`'s engines once in-process (virtual clock), the front end off."""
+    scenario = Scenario(scenario_for(point, params, seed), source=f"bench/validation#{point.id}")
     # Imported here: the runner pulls in the plots (matplotlib), which every
     # `disagg-sim` command would otherwise load to build its parser.
     from bench.sweep import run_one
 
     run = run_one(scenario, "published", 0, "inproc")
-    m = compute_metrics(run.requests).to_dict()
+    workload, max_concurrency = scenario.workload("published", seed)
+    emissions = {e.request_id: e for e in (emissions_of(r) for r in run.requests) if e is not None}
     blocks, floor = kv_pool(point, params)
+    return EngineRun(
+        tuple(workload), max_concurrency, emissions, blocks, floor, int(run.counters().get("num_preemptions", 0))
+    )
+
+
+def predict_from(run: EngineRun, front_end: FrontEndParams) -> Predicted:
+    """vllm bench serve's means as the client sees them, through the API server."""
+    records = replay(run.workload, run.emissions, front_end, run.max_concurrency)
+    m = compute_metrics(records).to_dict()
     return Predicted(
         mean_ttft_ms=float(m["mean_ttft_ms"]),
         mean_tpot_ms=float(m["mean_tpot_ms"]),
         mean_itl_ms=float(m["mean_itl_ms"]),
         output_throughput=float(m["output_throughput"]),
         duration_s=float(m["duration"]),
-        num_gpu_blocks=int(blocks),
-        kv_floor=floor,
-        num_preemptions=int(run.counters().get("num_preemptions", 0)),
+        num_gpu_blocks=run.num_gpu_blocks,
+        kv_floor=run.kv_floor,
+        num_preemptions=run.num_preemptions,
     )
+
+
+def simulate(
+    point: Point, params: RooflineParams | None = None, front_end: FrontEndParams | None = None, seed: int = 0
+) -> Predicted:
+    """Run `point` once and return vllm bench serve's means (front end off unless given)."""
+    return predict_from(run_engines(point, params or RooflineParams(), seed), front_end or FrontEndParams())

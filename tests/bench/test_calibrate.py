@@ -162,3 +162,37 @@ def test_bad_calibrate_input_is_one_line_exit_2(tmp_path, capsys, argv, fragment
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and fragment in err[0], err
+
+
+def test_front_end_terms_come_out_of_a_bench_json(tmp_path, capsys):
+    """At concurrency 1 a TTFT is the API server's time plus one prefill step and
+    an ITL one decode step plus the streaming of one token: calibrate separates them."""
+    engine = get_cost_model("llama-3.1-8b-h100")
+    request_s, token_s, out_s = 0.012, 2e-6, 150e-6
+    ins = [128, 512, 1024, 2048, 4096, 300]
+    outs = [64, 128, 32, 256, 64, 100]
+    ctx = int(sum(i + o / 2 for i, o in zip(ins, outs)) / len(ins))
+    decode = engine.step_time(StepShape(0, 1, ctx, 1, ctx, 0))
+    data = {
+        "max_concurrency": 1,
+        "input_lens": ins,
+        "output_lens": outs,
+        "ttfts": [request_s + token_s * n + engine.step_time(StepShape(n, 0, n, 1, 0, n * (n + 1) // 2)) for n in ins],
+        "itls": [[decode + out_s] * (o - 1) for o in outs],
+    }
+    path, preset, fe = tmp_path / "bench.json", tmp_path / "p.json", tmp_path / "fe.json"
+    path.write_text(json.dumps(data))
+    argv = ["calibrate", str(path), "--kind", "roofline", "--preset", "llama-3.1-8b-h100", "--out", str(preset)]
+    assert main([*argv, "--front-end-out", str(fe)]) == 0
+    got = json.loads(fe.read_text())
+    assert got["request_ms"] == pytest.approx(12.0, rel=1e-3)
+    assert got["prompt_token_us"] == pytest.approx(2.0, rel=1e-3)
+    assert got["output_token_us"] == pytest.approx(150.0, rel=1e-3)
+    # The mapping is a cluster.front_end setting.
+    assert ClusterSpec.model_validate({"front_end": got}).front_end.params().request_ms == got["request_ms"]
+    assert "use it as cluster.front_end" in capsys.readouterr().out
+    # The TTFTs less the front end are the preset's prefill steps: its compute factor comes back.
+    fitted = json.loads(preset.read_text())
+    assert fitted["compute_efficiency"] == pytest.approx(engine.params.compute_efficiency, rel=0.05)
+    with_steps = ["calibrate", str(path), "--kind", "linear", "--out", str(preset), "--front-end-out", str(fe)]
+    assert main(with_steps) == 2

@@ -95,8 +95,11 @@ def test_prefill_attention_pairs_and_tp_all_reduce_by_hand():
 
 def test_moe_reads_only_touched_experts():
     m = get_cost_model("qwen3-30b-a3b-h100")
+    # The GPU's part: the step less its host time (which the fitted host terms make several ms).
     one = m.step_time(StepShape(decode_tokens=1, context_tokens=1, batch_size=1, decode_context_tokens=1))
+    one -= m.host_time(1, 1)
     many = m.step_time(StepShape(decode_tokens=256, context_tokens=256, batch_size=256, decode_context_tokens=256))
+    many -= m.host_time(256, 256)
     dense_equivalent = get_model("qwen3-30b-a3b").weight_bytes / 3.35e12 / 0.8
     assert one < dense_equivalent / 4 < many  # 8 of 128 experts at batch 1; nearly all at batch 256
 
@@ -162,3 +165,110 @@ def test_a_config_json_as_published_is_accepted():
     m = get_model(config)
     assert m.is_moe and m.num_experts == 8 and m.moe_intermediate_size == 14336
     assert round(m.num_params / 1e9, 1) == 46.7  # Mixtral-8x7B's published 46.7B
+
+
+SHAPES = [
+    StepShape(decode_tokens=1, context_tokens=1000, batch_size=1, decode_context_tokens=1000),
+    StepShape(decode_tokens=64, context_tokens=96_000, batch_size=64, decode_context_tokens=96_000),
+    StepShape(prefill_tokens=8192, context_tokens=8192, batch_size=8, prefill_attention_pairs=8 * 1024 * 1025 // 2),
+]
+
+
+@pytest.mark.parametrize(
+    ("preset", "model", "gpu"),
+    [("qwen3-8b-h100", "qwen3-8b", "h100-sxm"), ("llama-3.1-8b-a100", "llama-3.1-8b", "a100-sxm-80gb")],
+)
+def test_a_mapping_runs_as_the_preset_of_the_same_model_and_gpu(preset, model, gpu):
+    """Issue 32: the scenario mapping dumped RooflineSettings' defaults over the GPU's measured factors."""
+    spec = ClusterSpec.model_validate({"cost_model": {"model": model, "gpu": gpu}})
+    mapped, named = spec.cost(), get_cost_model(preset)
+    assert isinstance(mapped, RooflineCostModel) and mapped.params == named.params
+    assert mapped.params.compute_efficiency == dict(get_gpu(gpu).efficiency)["compute_efficiency"] != 0.5
+    assert [mapped.step_time(s) for s in SHAPES] == [named.step_time(s) for s in SHAPES]
+    # The resolved cluster as a result stores it (nulls for the unset factors) re-reads the same.
+    again = ClusterSpec.model_validate(spec.model_dump())
+    assert again.cost().params == named.params
+
+
+def test_a_factor_given_in_the_mapping_wins_over_the_gpus():
+    spec = ClusterSpec.model_validate(
+        {"cost_model": {"model": "qwen3-8b", "gpu": "h100-sxm", "memory_efficiency": 0.9}}
+    )
+    params = spec.cost().params
+    assert params.memory_efficiency == 0.9
+    assert params.compute_efficiency == dict(get_gpu("h100-sxm").efficiency)["compute_efficiency"]
+    assert spec.cost().step_time(SHAPES[0]) < get_cost_model("qwen3-8b-h100").step_time(SHAPES[0])
+
+
+CATALOGUE = {
+    "h100-sxm", "h100-pcie", "h200", "h800", "h20", "b200", "gb200",
+    "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-40gb", "a100-pcie-80gb", "l40s", "l4", "mi300x",
+}  # fmt: skip
+
+
+def test_the_gpu_catalogue_has_every_gpu_of_issue_32_with_its_class_and_fp8_peak():
+    gpus = shipped_gpus()
+    assert set(gpus) == CATALOGUE
+    for name in CATALOGUE:
+        g = get_gpu(name)
+        assert g.gpu_class in {"hopper", "ampere", "ada", "blackwell", "cdna3"}, name
+        # FP8 runs at twice the dense BF16 rate where there are FP8 units; Ampere has none.
+        assert g.fp8_tflops == (0 if g.gpu_class == "ampere" else pytest.approx(2 * g.bf16_tflops, rel=0.02)), name
+    assert get_gpu("a100-sxm-40gb").peak_tflops("fp8") == 312.0  # weight-only FP8 at the BF16 peak
+    assert get_gpu("h200").peak_tflops("fp8") == 1979.0
+    with pytest.raises(ValueError, match="fp8_tflops=-1 is invalid"):
+        get_gpu(
+            {"bf16_tflops": 1, "memory_bandwidth_GBps": 1, "memory_GB": 1, "interconnect_GBps": 1, "fp8_tflops": -1}
+        )
+
+
+def test_fp8_weights_and_kv_cache_halve_the_bytes_and_run_at_the_fp8_peak():
+    bf16 = RooflineCostModel.from_dict({"model": "llama-3.1-8b", "gpu": "h100-sxm", "host_overhead_ms": 0})
+    fp8 = RooflineCostModel.from_dict(
+        {"model": "llama-3.1-8b", "gpu": "h100-sxm", "host_overhead_ms": 0, "dtype": "fp8", "kv_cache_dtype": "fp8"}
+    )
+    assert fp8.weight_bytes * 2 == bf16.weight_bytes
+    assert fp8.kv_bytes_per_token * 2 == bf16.kv_bytes_per_token == 131072
+    assert fp8.kv_bytes_per_token_per_gpu() * 2 == bf16.kv_bytes_per_token_per_gpu()
+    assert fp8.num_gpu_blocks() > 2 * bf16.num_gpu_blocks()  # half the bytes per block and more room
+    # Decode at batch 1 reads the weights: half the bytes, half the time (KV reads halve too).
+    decode = SHAPES[0]
+    assert fp8.step_time(decode) == pytest.approx(bf16.step_time(decode) / 2, rel=0.01)
+    # A long prefill is compute-bound: the GEMMs at 1,979 instead of 989 TFLOPS.
+    prefill = StepShape(prefill_tokens=8192, context_tokens=8192, batch_size=1, prefill_attention_pairs=8192)
+    lin = 2 * 8192 * 32 * (bf16.model.attn_params_per_layer + bf16.model.expert_params) + 2 * 128256 * 4096
+    eff = bf16.params.compute_efficiency
+    assert bf16.step_time(prefill) - fp8.step_time(prefill) == pytest.approx(
+        lin / (989e12 * eff) - lin / (1979e12 * eff), rel=0.02
+    )
+    assert fp8.to_dict()["dtype"] == "fp8" and "dtype" not in bf16.to_dict()
+    with pytest.raises(ValueError, match=r"dtype='int4' is invalid; allowed: \['auto', 'bf16', 'fp8', 'mxfp4'\]"):
+        RooflineCostModel.from_dict({"model": "llama-3.1-8b", "gpu": "h100-sxm", "dtype": "int4"})
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        ClusterSpec.model_validate({"cost_model": {"model": "qwen3-8b", "gpu": "h20", "kv_cache_dtype": "fp4"}})
+
+
+def test_host_time_grows_with_the_batch():
+    m = RooflineCostModel.from_dict(
+        {
+            "model": "qwen3-8b",
+            "gpu": "h100-sxm",
+            "host_overhead_ms": 2.0,
+            "host_per_seq_us": 10.0,
+            "host_per_token_us": 1.0,
+        }
+    )
+    assert m.host_time(0, 0) == pytest.approx(0.002)
+    assert m.host_time(64, 64) == pytest.approx(0.002 + 64 * 10e-6 + 64 * 1e-6)
+    base = m.with_params(host_per_seq_us=0.0, host_per_token_us=0.0)
+    assert m.step_time(SHAPES[1]) - base.step_time(SHAPES[1]) == pytest.approx(64 * 11e-6)
+
+
+def test_mxfp4_puts_the_experts_at_4_25_bits_and_the_rest_at_bf16():
+    bf16 = RooflineCostModel.from_dict({"model": "gpt-oss-120b", "gpu": "h100-sxm"})
+    mx = RooflineCostModel.from_dict({"model": "gpt-oss-120b", "gpu": "h100-sxm", "dtype": "mxfp4"})
+    m = mx.model
+    experts = m.num_hidden_layers * m.mlp_params_per_layer
+    assert mx.weight_bytes == int((m.num_params - experts) * 2 + experts * 4.25 / 8)
+    assert 60e9 < mx.weight_bytes < 66e9  # the published checkpoint: ~60.8 GiB
+    assert mx.step_time(SHAPES[1]) < bf16.step_time(SHAPES[1]) / 2  # batch 64 reads most experts

@@ -1,0 +1,113 @@
+"""vLLM's API server as a FIFO single-server queue, per request.
+
+The OpenAI-compatible server is one process (one asyncio loop, the GIL, and
+tokenization on a single-thread executor), in front of the engine core:
+- on arrival a request is parsed, its chat template applied and its prompt
+  tokenized (`request_ms` + `prompt_token_us` x prompt tokens), then sent
+  to the engine core (`ipc_ms`);
+- every batch of tokens the engine core emits for a request crosses back
+  (`ipc_ms`) and is detokenized and streamed as an SSE chunk
+  (`output_token_us` per token).
+All of that work is served one item at a time, first come first served: at
+1,000 requests at once the 1,000th prompt waits for 999 tokenizations,
+which is part of why a simulation without it has TTFT far too short on such
+runs. IPC is a latency (ZMQ and msgpack on other threads), not served by the
+queue. The numbers and their sources: engine/data/front_end.json and
+docs/cost-model.md, "The front end".
+
+Plain and deterministic: no clock of its own; the caller passes `now` and
+gets back when the work is done. The proxy calls it on both runtimes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from functools import cache
+from typing import Any
+
+from .model_shape import DATA_DIR
+
+FRONT_END_FILE = "front_end.json"
+# What a scenario gets unless it says otherwise: the preset fitted on
+# published vLLM 0.11 runs (docs/validation.md).
+DEFAULT_FRONT_END = "vllm-0.11"
+
+
+@dataclass(frozen=True)
+class FrontEndParams:
+    """The API server's per-request and per-token CPU time, and the IPC hop."""
+
+    request_ms: float = 0.0  # parse, validate, chat template, stream set-up: per request
+    prompt_token_us: float = 0.0  # tokenization: per prompt token
+    output_token_us: float = 0.0  # detokenization and SSE: per output token
+    ipc_ms: float = 0.0  # API server <-> engine core, one way (a latency, not queued)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 3_600_000:
+                raise ValueError(f"front_end: {f.name}={v!r} is invalid; allowed: a number in [0, 3600000]")
+
+    @property
+    def is_off(self) -> bool:
+        return not any(asdict(self).values())
+
+
+PARAM_NAMES = tuple(f.name for f in fields(FrontEndParams))
+
+
+@cache
+def shipped_front_ends() -> dict[str, dict[str, Any]]:
+    """Presets by name (engine/data/front_end.json), each with its `source`."""
+    import json
+
+    with open(DATA_DIR / FRONT_END_FILE, encoding="utf-8") as f:
+        return {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+
+
+def front_end_params(preset: str = "off", **overrides: float) -> FrontEndParams:
+    """A preset's terms, with any of them overridden; "off" is all zeros."""
+    presets = shipped_front_ends()
+    if preset not in presets:
+        raise ValueError(f"front_end preset={preset!r} is unknown; allowed: {sorted(presets)}")
+    unknown = set(overrides) - set(PARAM_NAMES)
+    if unknown:
+        raise ValueError(f"front_end: unknown field(s) {sorted(unknown)}; allowed: {sorted(PARAM_NAMES)}")
+    base = {k: v for k, v in presets[preset].items() if k in PARAM_NAMES}
+    return FrontEndParams(**{**base, **overrides})
+
+
+class FrontEnd:
+    """One API server. Calls may come in any order of `now`; each item is
+    served after every item handed in before it (FIFO), from `now` on."""
+
+    def __init__(self, params: FrontEndParams) -> None:
+        self.params = params
+        # In seconds, once: the replay of a run calls these per token.
+        self._off = params.is_off
+        self._request_s = params.request_ms / 1e3
+        self._prompt_token_s = params.prompt_token_us / 1e6
+        self._output_token_s = params.output_token_us / 1e6
+        self._ipc_s = params.ipc_ms / 1e3
+        self._free_at = 0.0  # when the server finishes the work it holds
+        self.busy_s = 0.0  # total service time handed out (for utilisation)
+
+    def _serve(self, arrives: float, service_s: float) -> float:
+        start = arrives if arrives > self._free_at else self._free_at
+        self._free_at = start + service_s
+        self.busy_s += service_s
+        return self._free_at
+
+    def request_ready_at(self, now: float, prompt_len: int) -> float:
+        """When the engine gets a request that reached the server at `now`:
+        parsed, templated and tokenized in turn, then one IPC hop."""
+        if self._off:
+            return now
+        return self._serve(now, self._request_s + self._prompt_token_s * prompt_len) + self._ipc_s
+
+    def tokens_visible_at(self, now: float, num_tokens: int) -> float:
+        """When the client sees `num_tokens` tokens of one request the engine
+        emitted at `now`: one IPC hop, then detokenized and streamed in turn."""
+        if self._off:
+            return now
+        return self._serve(now + self._ipc_s, self._output_token_s * num_tokens)

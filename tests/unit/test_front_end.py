@@ -1,0 +1,63 @@
+"""The API-server model (engine/front_end.py): one FIFO server for request
+work and token streaming, IPC as a latency, presets and their errors."""
+
+import pytest
+
+from cluster.spec import ClusterSpec
+from engine.front_end import DEFAULT_FRONT_END, FrontEnd, FrontEndParams, front_end_params, shipped_front_ends
+
+
+def _fe(**kw) -> FrontEnd:
+    return FrontEnd(FrontEndParams(**kw))
+
+
+def test_requests_at_once_are_tokenized_one_after_another():
+    fe = _fe(request_ms=10.0, prompt_token_us=2.0, ipc_ms=1.0)
+    # 1,000 tokens: 10 ms + 2 ms of work each, then 1 ms to the engine core.
+    assert [round(fe.request_ready_at(0.0, 1000), 9) for _ in range(3)] == [0.013, 0.025, 0.037]
+    # A request arriving after the server went idle waits for nothing.
+    assert fe.request_ready_at(1.0, 0) == pytest.approx(1.011)
+    assert fe.busy_s == pytest.approx(3 * 0.012 + 0.010)
+
+
+def test_tokens_queue_behind_the_request_work_handed_in_before_them():
+    fe = _fe(request_ms=20.0, output_token_us=500.0, ipc_ms=1.0)
+    ready = [fe.request_ready_at(0.0, 8) for _ in range(2)]
+    assert ready == pytest.approx([0.021, 0.041])
+    # The engine emits the first request's first token at 30 ms: it crosses (1 ms), then waits
+    # for the second request's tokenization to finish (40 ms), then 0.5 ms of streaming.
+    assert fe.tokens_visible_at(0.030, 1) == pytest.approx(0.0405)
+    # Two tokens of one step at 50 ms: 1 ms across, 1 ms of streaming.
+    assert fe.tokens_visible_at(0.050, 2) == pytest.approx(0.052)
+
+
+def test_off_changes_nothing():
+    fe = FrontEnd(front_end_params("off"))
+    assert fe.params.is_off
+    assert fe.request_ready_at(1.5, 10_000) == 1.5 and fe.tokens_visible_at(2.5, 3) == 2.5
+
+
+def test_presets_cite_a_source_and_overrides_apply():
+    presets = shipped_front_ends()
+    assert {"off", DEFAULT_FRONT_END} <= set(presets)
+    for name, p in presets.items():
+        assert p["source"], name
+    assert front_end_params(DEFAULT_FRONT_END, request_ms=3.0).request_ms == 3.0
+    spec = ClusterSpec.model_validate({"front_end": {"request_ms": 3.0}})
+    assert spec.front_end.params() == front_end_params(DEFAULT_FRONT_END, request_ms=3.0)
+    assert ClusterSpec.model_validate({}).front_end.preset == DEFAULT_FRONT_END
+
+
+@pytest.mark.parametrize(
+    ("doc", "fragment"),
+    [
+        ({"preset": "vllm-9"}, "preset='vllm-9' is unknown; allowed: ['off'"),
+        ({"request_ms": -1}, "request_ms"),
+        ({"tokenize_us": 1}, "tokenize_us"),
+    ],
+)
+def test_bad_front_end_settings_name_the_field(doc, fragment):
+    with pytest.raises(ValueError, match=fragment.replace("[", r"\[").replace("(", r"\(")):
+        ClusterSpec.model_validate({"front_end": doc})
+    with pytest.raises(ValueError, match=r"output_token_us=-2 is invalid; allowed: a number in \[0, 3600000\]"):
+        FrontEndParams(output_token_us=-2)
