@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from connector.kv_timing import NO_KV_TIMING, KVTransferTiming
 from connector.link import LinkSpec
 from connector.pull_policy import KVFaultPolicy
 from engine.block_hash import prompt_block_hashes
@@ -19,6 +20,9 @@ from engine.roofline import RooflineCostModel
 from engine.v0.config import SchedulerConfig as V0SchedulerConfig
 from node.settings import NodeSettings
 from proxy.ports import ProxySettings
+from proxy.timeline import ProxyTimeline
+
+from .kv_transfer import KVTransferSettings
 
 # v1 settings with the value that leaves them unused; a v0 node accepts only that.
 V1_ONLY_SETTINGS = {
@@ -275,6 +279,10 @@ class ClusterSpec(_Strict):
     # A producer frees blocks no consumer reported on after this long;
     # default max(120, 6 x kv_pull_deadline_s).
     kv_hold_timeout_s: float | None = Field(None, gt=0, le=MAX_RUN_S)
+    # The P/D hand-off's timeline (cluster/kv_transfer.py): the proxy's HTTP
+    # legs and the KV connector's terms, from a preset (none, nixl, mooncake,
+    # p2pnccl) with any term overridden. Unused without prefill nodes.
+    kv_transfer: KVTransferSettings = Field(default_factory=KVTransferSettings)
     # Ray runtime only: wall seconds slept per modelled second of step time.
     time_scale: float = Field(1.0, ge=1e-4, le=1e4)
 
@@ -378,7 +386,16 @@ class ClusterSpec(_Strict):
     def node_settings(self, time_scale: float = 1.0) -> NodeSettings:
         """What every node of this cluster runs with (`time_scale` 1: the virtual clock)."""
         assert isinstance(self.bytes_per_token, int)  # "auto" is resolved at validation
-        return NodeSettings(self.cost(), time_scale, self.bytes_per_token, self.kv_policy())
+        return NodeSettings(self.cost(), time_scale, self.bytes_per_token, self.kv_policy(), kv_timing=self.kv_timing())
+
+    def kv_timing(self) -> KVTransferTiming:
+        """The KV connector's terms (none without prefill nodes)."""
+        if not self.disaggregated:
+            return NO_KV_TIMING
+        model = self.cost()
+        if isinstance(model, RooflineCostModel):
+            return self.kv_transfer.timing(model.model.num_hidden_layers, model.tp)
+        return self.kv_transfer.timing(None, 1)
 
     def proxy_settings(self) -> ProxySettings:
         """What the proxy of this cluster routes by (both runtimes)."""
@@ -388,6 +405,7 @@ class ClusterSpec(_Strict):
             routing=self.routing,
             ignore_eos=self.sampler.ignore_eos,
             prompt_hashes=self.prompt_hashes,
+            timeline=self.kv_transfer.proxy_timeline() if self.disaggregated else ProxyTimeline(),
         )
 
     def node_specs(self) -> list[tuple[str, NodeSpec, NodeGroup]]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from node.messages import ProxyMessage
 
 from .client import ClientPort
+from .timeline import FrontEnd, NoFrontEnd, ProxyTimeline
 
 # A prompt's block hashes for prefix-aware routing: (request id, prompt length, segments) -> hashes.
 PromptHashes = Callable[[str, int, Sequence[tuple[int, int]]], list[int]]
@@ -28,6 +29,10 @@ class ProxySettings:
     routing: str
     ignore_eos: bool  # the cluster's sampler setting, for requests that do not say
     prompt_hashes: PromptHashes
+    # The P/D hand-off's HTTP legs (proxy/timeline.py); all 0: none.
+    timeline: ProxyTimeline = ProxyTimeline()
+    # The API server's time (phase 1 plugs its `engine/front_end.py` model in here).
+    front_end: FrontEnd = NoFrontEnd()
 
 
 @dataclass(frozen=True)
@@ -37,3 +42,7 @@ class ProxyPorts:
     client: ClientPort
     # The run's event trace (`InProcCluster(trace=True)`): called with an event tuple.
     log: Callable[..., None] | None = None
+    # Run `fn` after `delay_s` modelled seconds (the runtime schedules it: an
+    # event on the virtual clock, a timer scaled by time_scale on the wall
+    # clock). Needed only when the timeline has a term that is not 0.
+    call_later: Callable[[float, Callable[[], None]], None] | None = None

@@ -111,6 +111,8 @@ class TokenRuns:
             return
         if not req.sched_sent:
             proxy.first_scheduled(req, first_scheduled(rid))
+        if not req.delivered:
+            proxy.mark_scheduled(req, False, first_scheduled(rid))
         if n == 0:
             return
         runs.open[rid] = (req, base)
@@ -127,6 +129,8 @@ class TokenRuns:
         # on the new node, whose prompt then holds the tokens delivered so
         # far; the client's positions are those of the original prompt.)
         first = req.delivered
+        if not first:
+            self.proxy.first_token(req, runs.times[start])
         req.delivered += end - start
         self.proxy.client.token_run(rid, first, runs.times[start:end])
 
