@@ -78,6 +78,7 @@ class KVTransferSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
+    # Every term below left null takes the preset's value (docs/cost-model.md, "The P/D hand-off").
     preset: Literal["none", "nixl", "mooncake", "p2pnccl"] = "none"
     # The proxy's HTTP legs: the prompt-only request to a prefill instance,
     # its reply with kv_transfer_params, the second request to a decode instance.

@@ -26,7 +26,7 @@ transport's, in a `KVContacts`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,18 @@ class KVTransferTiming:
             and self.transfer_latency_s == 0
             and self.descriptor_us == 0
             and self.bandwidth_GBps is None
+        )
+
+    def scaled(self, time_scale: float) -> KVTransferTiming:
+        """The same terms in run seconds on a wall clock that sleeps
+        `time_scale` seconds per modelled second."""
+        return replace(
+            self,
+            handshake_s=self.handshake_s * time_scale,
+            metadata_s=self.metadata_s * time_scale,
+            transfer_latency_s=self.transfer_latency_s * time_scale,
+            descriptor_us=self.descriptor_us * time_scale,
+            bandwidth_GBps=None if self.bandwidth_GBps is None else self.bandwidth_GBps / time_scale,
         )
 
     def setup_s(self, first_contact: bool, first_attempt: bool) -> float:

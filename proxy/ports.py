@@ -42,7 +42,7 @@ class ProxyPorts:
     client: ClientPort
     # The run's event trace (`InProcCluster(trace=True)`): called with an event tuple.
     log: Callable[..., None] | None = None
-    # Run `fn` after `delay_s` modelled seconds (the runtime schedules it: an
-    # event on the virtual clock, a timer scaled by time_scale on the wall
-    # clock). Needed only when the timeline has a term that is not 0.
+    # Run `fn` after `delay_s` run seconds (the runtime schedules it: an event
+    # on the virtual clock, a timer on the wall clock's event loop). Needed
+    # only when the timeline has a term that is not 0.
     call_later: Callable[[float, Callable[[], None]], None] | None = None

@@ -13,8 +13,9 @@ server's front end plugs in.
                                    `decode_request_s` (the second request, with
                                    those params, to a decode instance)
 
-A delay is an event the runtime schedules (`ProxyPorts.call_later`); with
-every term 0 the proxy acts at once, as before the model.
+A delay is an event the runtime schedules (`ProxyPorts.call_later`, run
+seconds: the wall-clock runtime hands the proxy its timeline `scaled` by
+`time_scale`); with every term 0 the proxy acts at once, as before the model.
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ class ProxyTimeline:
     prefill_request_s: float = 0.0
     prefill_reply_s: float = 0.0
     decode_request_s: float = 0.0
+
+    def scaled(self, time_scale: float) -> ProxyTimeline:
+        """The same legs in run seconds on a wall clock that sleeps
+        `time_scale` seconds per modelled second."""
+        return ProxyTimeline(
+            self.prefill_request_s * time_scale, self.prefill_reply_s * time_scale, self.decode_request_s * time_scale
+        )
 
     @property
     def handoff_s(self) -> float:

@@ -8,6 +8,7 @@ outage outlasts the retransmissions breaks: the node is gone to the run."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -99,10 +100,18 @@ def wall_proxy(
     clock: RunClock,
     send_to_node: Callable[[str, list[ProxyMessage]], None],
     publish: Callable[[list[ClientEvent]], None],
+    time_scale: float = 1.0,
 ) -> tuple[Proxy, WallProxyLinks]:
-    """The proxy role on wall-clock links: its client events go to `publish`."""
+    """The proxy role on wall-clock links: its client events go to `publish`;
+    its timeline's legs (modelled seconds) become `time_scale` wall seconds
+    each, timers on the running event loop."""
     links = WallProxyLinks(clock, [*settings.prefill, *settings.decode], link_spec, seed, send_to_node)
-    proxy = Proxy(settings, ProxyPorts(clock.now, links.send, EventPublisher(publish)))
+    settings = replace(settings, timeline=settings.timeline.scaled(time_scale))
+
+    def call_later(delay: float, fn: Callable[[], None]) -> None:
+        asyncio.get_running_loop().call_later(delay, fn)
+
+    proxy = Proxy(settings, ProxyPorts(clock.now, links.send, EventPublisher(publish), call_later=call_later))
     links.proxy = proxy
     return proxy, links
 
