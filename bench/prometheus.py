@@ -193,15 +193,18 @@ class NodeMetricsExporter:
             REQUEST_LATENCY_BUCKETS,
         )
         # The TTFT in parts (proxy/breakdown.py): disagg_sim:ttft_<part>_seconds,
-        # TTFT's buckets; the parts of a request add up to its TTFT.
-        self.ttft_parts = {
-            part: histogram(
-                f"disagg_sim:ttft_{part}_seconds",
-                f"Histogram of the {part.replace('_', ' ')} part of time to first token in seconds.",
-                TIME_TO_FIRST_TOKEN_BUCKETS,
+        # TTFT's buckets; the parts of a request add up to its TTFT. One
+        # attribute each (`ttft_<part>`), so `relabel` finds them like the rest.
+        for part in TTFT_PARTS:
+            setattr(
+                self,
+                f"ttft_{part}",
+                histogram(
+                    f"disagg_sim:ttft_{part}_seconds",
+                    f"Histogram of the {part.replace('_', ' ')} part of time to first token in seconds.",
+                    TIME_TO_FIRST_TOKEN_BUCKETS,
+                ),
             )
-            for part in TTFT_PARTS
-        }
 
         # Tokens, finish reasons and request shapes: vLLM's names, observed when a
         # request finishes (vLLM counts prompt and generation tokens per step;
@@ -347,7 +350,7 @@ class NodeMetricsExporter:
             self.queue_time.observe(rec.queue_time)
         if rec.ttft_breakdown is not None:
             for part, seconds in rec.ttft_breakdown.items():
-                self.ttft_parts[part].observe(seconds)
+                getattr(self, f"ttft_{part}").observe(seconds)
         generated = len(rec.output_token_ids)
         self.prompt_tokens.inc(rec.prompt_len)
         self.generation_tokens.inc(generated)
