@@ -218,6 +218,7 @@ def cmd_run(args) -> int:
         only=args.only,
         pace=args.pace,
         jobs=args.jobs,
+        breakdown=args.breakdown,
     )
     clock = outcome.results[0]["clock"] if outcome.results else "?"
     described = {
@@ -321,6 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="in-process only: run up to N of the variant x repeat runs at once, in worker processes "
         "(same results; default 1)",
+    )
+    r.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also print the TTFT breakdown: mean ms per part of the first token's path (docs/cost-model.md)",
     )
     r.add_argument("--out", help="output directory (default: a new results/<scenario>-<time>)")
     r.add_argument("--overwrite", action="store_true", help="let --out name a directory that holds a previous run")

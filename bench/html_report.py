@@ -15,6 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
+from .breakdown_table import format_breakdown_table
 from .compare import format_compare_table, format_threshold_table
 
 _PAGE = """<!doctype html>
@@ -31,6 +32,7 @@ dt {{ font-weight: bold; float: left; clear: left; width: 9em; }} dd {{ margin-l
 <p class="{verdict_class}"><b>{verdict}</b></p>
 <h2>Results</h2>
 {table}
+{breakdown}
 {thresholds}
 {invariants}
 <h2>Plots</h2>
@@ -94,6 +96,11 @@ def write_html_report(outcome: Any, scenario: Any, variants: list[str], provenan
         verdict=html.escape(verdict),
         verdict_class=cls,
         table=_rich_html(format_compare_table(baseline, metrics, table)),
+        breakdown=(
+            "<h2>TTFT breakdown</h2>" + _rich_html(format_breakdown_table(*outcome.breakdown))
+            if outcome.breakdown is not None
+            else ""
+        ),
         thresholds=thresholds,
         invariants=invariants,
         plots=plots,

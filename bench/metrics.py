@@ -29,10 +29,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.records import RequestRecord, StepRecord
+from proxy.breakdown import PARTS as TTFT_PARTS
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (50, 90, 99)
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 EXTRA_LATENCY_METRICS = ("queue_time", "remote_kv_wait")
+# The TTFT breakdown's statistics, always (`mean_/median_/p99_ttft_<part>_ms`).
+BREAKDOWN_PERCENTILES: tuple[float, ...] = (99,)
+
+
+def breakdown_keys() -> list[str]:
+    """The result keys of the TTFT breakdown, in part order."""
+    return [f"{stat}_ttft_{part}_ms" for part in TTFT_PARTS for stat in ("mean", "median", "p99")]
 
 
 def percentile_word(p: float) -> str:
@@ -120,6 +128,8 @@ class ServeMetrics:
     max_output_tokens_per_s: float
     percentiles: tuple[float, ...]
     latencies: dict[str, LatencyStats] = field(default_factory=dict)
+    # Per part of the TTFT (proxy/breakdown.py), over the successful requests that have one.
+    ttft_breakdown: dict[str, LatencyStats] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, float | int]:
         """Flat dict with `vllm bench serve`'s result keys (plus our queue/remote-KV ones)."""
@@ -139,6 +149,11 @@ class ServeMetrics:
         }
         for name, stats in self.latencies.items():
             out.update(stats.to_keys(name))
+        for part, stats in self.ttft_breakdown.items():
+            name = f"ttft_{part}"
+            out[f"mean_{name}_ms"] = stats.mean_ms
+            out[f"median_{name}_ms"] = stats.median_ms
+            out[f"p99_{name}_ms"] = stats.percentiles_ms[99]
         return out
 
 
@@ -177,6 +192,7 @@ def compute_metrics(
     e2els: list[float] = []
     queue_times: list[float] = []
     kv_waits: list[float] = []
+    parts: dict[str, list[float]] = {part: [] for part in TTFT_PARTS}
     total_input = total_output = 0
     ok: list[tuple[RequestRecord, RequestLatencies]] = []
     for rec in records:
@@ -195,6 +211,9 @@ def compute_metrics(
             queue_times.append(rec.queue_time)
         if rec.remote_kv_wait is not None:
             kv_waits.append(rec.remote_kv_wait)
+        if rec.ttft_breakdown is not None:
+            for part, values in parts.items():
+                values.append(rec.ttft_breakdown.get(part, 0.0))
 
     def per_s(x: float) -> float:
         # vLLM divides blindly; a zero-length run reports zero throughput instead of crashing.
@@ -225,6 +244,7 @@ def compute_metrics(
         max_output_tokens_per_s=_max_tokens_per_second(ok),
         percentiles=pcts,
         latencies={name: latency_stats(values, pcts) for name, values in lists.items()},
+        ttft_breakdown={part: latency_stats(values, BREAKDOWN_PERCENTILES) for part, values in parts.items()},
     )
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 
 from engine.records import RequestRecord, StepRecord
+from proxy.breakdown import PARTS as TTFT_PARTS
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -195,6 +196,19 @@ class NodeMetricsExporter:
             "Histogram of time spent in WAITING phase for request.",
             REQUEST_LATENCY_BUCKETS,
         )
+        # The TTFT in parts (proxy/breakdown.py): disagg_sim:ttft_<part>_seconds,
+        # TTFT's buckets; the parts of a request add up to its TTFT. One
+        # attribute each (`ttft_<part>`), so `relabel` finds them like the rest.
+        for part in TTFT_PARTS:
+            setattr(
+                self,
+                f"ttft_{part}",
+                histogram(
+                    f"disagg_sim:ttft_{part}_seconds",
+                    f"Histogram of the {part.replace('_', ' ')} part of time to first token in seconds.",
+                    TIME_TO_FIRST_TOKEN_BUCKETS,
+                ),
+            )
 
         # Tokens, finish reasons and request shapes: vLLM's names, observed when a
         # request finishes (vLLM counts prompt and generation tokens per step;
@@ -338,6 +352,9 @@ class NodeMetricsExporter:
                 self.tpot.observe((rec.e2el - ttft) / (len(rec.token_times) - 1))
         if rec.queue_time is not None:
             self.queue_time.observe(rec.queue_time)
+        if rec.ttft_breakdown is not None:
+            for part, seconds in rec.ttft_breakdown.items():
+                getattr(self, f"ttft_{part}").observe(seconds)
         generated = len(rec.output_token_ids)
         self.prompt_tokens.inc(rec.prompt_len)
         self.generation_tokens.inc(generated)

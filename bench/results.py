@@ -148,6 +148,10 @@ def request_detail(rec: RequestRecord, include_token_times: bool = False) -> dic
         "e2el_ms": ms(lat.e2el) if lat else None,
         "queue_time_ms": ms(rec.queue_time),
         "remote_kv_wait_ms": ms(rec.remote_kv_wait),
+        # Where the first token went (proxy/breakdown.py); the parts add up to ttft_ms.
+        "ttft_breakdown_ms": (
+            None if rec.ttft_breakdown is None else {k: v * 1000 for k, v in rec.ttft_breakdown.items()}
+        ),
     }
     if include_token_times:
         d["token_times"] = list(rec.token_times)

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from cluster.run_result import RunResult
 
+from .breakdown_table import breakdown_table, format_breakdown_table
 from .compare import format_compare_table, format_threshold_table, summarize
 from .errors import InputError
 from .parallel_runs import worker_pool
@@ -35,6 +36,7 @@ class ScenarioOutcome:
     out_dir: Path | None = None
     plots: list[Path] = field(default_factory=list)
     table: tuple | None = None  # (baseline, metrics, variant -> metric -> Cell)
+    breakdown: tuple | None = None  # the TTFT breakdown's table, in the same form
     report: Path | None = None
 
     @property
@@ -89,6 +91,7 @@ def run_scenario(
     pace: float | None = None,
     ray_handle=None,
     jobs: int = 1,
+    breakdown: bool = False,
 ) -> ScenarioOutcome:
     """Every variant x repeat (`only`: a subset of the variants), each result
     written as it lands, then the table, thresholds, plots and report.html.
@@ -158,6 +161,9 @@ def run_scenario(
     baseline, metrics, table = summarize(outcome.results, baseline, metrics)
     outcome.table = (baseline, metrics, table)
     console.print(format_compare_table(baseline, metrics, table))
+    outcome.breakdown = breakdown_table(outcome.results, baseline)
+    if breakdown:
+        console.print(format_breakdown_table(*outcome.breakdown))
     if runtime == "ray":
         for line in distortion_lines(outcome.results):
             console.print(line, markup=False, highlight=False)

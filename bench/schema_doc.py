@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from cluster.kv_transfer import KVTransferSettings
 from cluster.spec import (
     ClusterSpec,
     CostModelSettings,
@@ -57,6 +58,7 @@ SECTIONS: list[tuple[str, str, type[BaseModel]]] = [
     ("Links", "cluster.links", LinksSpec),
     ("One link", "cluster.links.{proxy,kv,stage}", LinkSettings),
     ("Sampler", "cluster.sampler", SamplerSettings),
+    ("P/D hand-off", "cluster.kv_transfer", KVTransferSettings),
     ("Custom cost model", "cluster.cost_model", CostModelSettings),
     ("Roofline cost model", "cluster.cost_model", RooflineSettings),
     ("Front end", "cluster.front_end", FrontEndSettings),

@@ -89,6 +89,7 @@ def to_model_time(run: RunResult) -> RunResult:
             remote_kv_wait_end=_scaled(r.remote_kv_wait_end, ts),
             token_times=[t / ts for t in r.token_times],
             finish_time=_scaled(r.finish_time, ts),
+            ttft_breakdown=None if r.ttft_breakdown is None else {k: v / ts for k, v in r.ttft_breakdown.items()},
         )
         for r in run.requests
     ]

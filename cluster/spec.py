@@ -17,18 +17,22 @@ from pydantic import (
     model_validator,
 )
 
+from connector.kv_timing import NO_KV_TIMING, KVTransferTiming
 from connector.link import LinkSpec
 from connector.pull_policy import KVFaultPolicy
 from engine.block_hash import prompt_block_hashes
 from engine.config import MODELLED_VLLM_VERSIONS, CacheConfig, SchedulerConfig
 from engine.cost_model import COST_MODELS, StepCostModel, cost_model_names, get_cost_model
-from engine.front_end import DEFAULT_FRONT_END, FrontEndParams, front_end_params
+from engine.front_end import DEFAULT_FRONT_END, FrontEnd, FrontEndParams, front_end_params
 from engine.node_core import NodeSpec
 from engine.prompt import PromptTokens
 from engine.roofline import RooflineCostModel
 from engine.v0.config import SchedulerConfig as V0SchedulerConfig
 from node.settings import NodeSettings
 from proxy.ports import ProxySettings
+from proxy.timeline import ProxyTimeline
+
+from .kv_transfer import KVTransferSettings
 
 # v1 settings with the value that leaves them unused; a v0 node accepts only that.
 V1_ONLY_SETTINGS = {
@@ -345,6 +349,10 @@ class ClusterSpec(_Strict):
     # A producer frees blocks no consumer reported on after this long;
     # default max(120, 6 x kv_pull_deadline_s).
     kv_hold_timeout_s: float | None = Field(None, gt=0, le=MAX_RUN_S)
+    # The P/D hand-off's timeline (cluster/kv_transfer.py): the proxy's HTTP
+    # legs and the KV connector's terms, from a preset (none, nixl, mooncake,
+    # p2pnccl) with any term overridden. Unused without prefill nodes.
+    kv_transfer: KVTransferSettings = Field(default_factory=KVTransferSettings)
     # Ray runtime only: wall seconds slept per modelled second of step time.
     time_scale: float = Field(1.0, ge=1e-4, le=1e4)
 
@@ -450,7 +458,16 @@ class ClusterSpec(_Strict):
     def node_settings(self, time_scale: float = 1.0) -> NodeSettings:
         """What every node of this cluster runs with (`time_scale` 1: the virtual clock)."""
         assert isinstance(self.bytes_per_token, int)  # "auto" is resolved at validation
-        return NodeSettings(self.cost(), time_scale, self.bytes_per_token, self.kv_policy())
+        return NodeSettings(self.cost(), time_scale, self.bytes_per_token, self.kv_policy(), kv_timing=self.kv_timing())
+
+    def kv_timing(self) -> KVTransferTiming:
+        """The KV connector's terms (none without prefill nodes)."""
+        if not self.disaggregated:
+            return NO_KV_TIMING
+        model = self.cost()
+        if isinstance(model, RooflineCostModel):
+            return self.kv_transfer.timing(model.model.num_hidden_layers, model.tp)
+        return self.kv_transfer.timing(None, 1)
 
     def proxy_settings(self) -> ProxySettings:
         """What the proxy of this cluster routes by (both runtimes)."""
@@ -460,6 +477,10 @@ class ClusterSpec(_Strict):
             routing=self.routing,
             ignore_eos=self.sampler.ignore_eos,
             prompt_hashes=self.prompt_hashes,
+            timeline=self.kv_transfer.proxy_timeline() if self.disaggregated else ProxyTimeline(),
+            # One API server in front of the cluster (a fresh queue per run):
+            # parse, chat template and tokenize each request in turn, then IPC.
+            front_end=FrontEnd(self.front_end.params()),
         )
 
     def node_specs(self, run_seed: int = 0) -> list[NodePlan]:

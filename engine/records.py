@@ -165,6 +165,8 @@ class RequestRecord:
     finish_time: float | None = None
     finish_reason: str | None = None  # "stop", "length", "abort", "error", or None while running
     num_preemptions: int = 0
+    # The TTFT in parts (proxy/breakdown.py PARTS), run seconds; None before the first token.
+    ttft_breakdown: dict[str, float] | None = None
 
     @property
     def ttft(self) -> float | None:

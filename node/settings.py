@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from connector.kv_timing import NO_KV_TIMING, KVTransferTiming
 from connector.pull_policy import KVFaultPolicy
 from engine.cost_model import StepCostModel
 
@@ -23,6 +24,8 @@ class NodeSettings:
     # (`node.access`): random per run on Ray, from the seed in-process.
     # Never logged: repr leaves it out.
     ticket_key: bytes = field(default=b"", repr=False)
+    # What the KV connector spends beyond the link (connector/kv_timing.py): a decode node's transport applies it.
+    kv_timing: KVTransferTiming = NO_KV_TIMING
 
     def __post_init__(self) -> None:
         if isinstance(self.time_scale, bool) or not (isinstance(self.time_scale, (int, float)) and self.time_scale > 0):

@@ -61,7 +61,14 @@ class Finished(NamedTuple):
     node: str  # where the request was when it finished ("" if nowhere)
 
 
-ClientEvent = Arrived | Scheduled | KVEvent | Tokens | Finished
+class Breakdown(NamedTuple):
+    """Where the request's first token went (proxy/breakdown.py): its TTFT in parts, run seconds."""
+
+    request_id: str
+    parts: dict[str, float]
+
+
+ClientEvent = Arrived | Scheduled | KVEvent | Tokens | Finished | Breakdown
 
 
 class ClientPort(Protocol):
@@ -81,6 +88,10 @@ class ClientPort(Protocol):
         ...
 
     def kv_event(self, event: KVEvent) -> None: ...
+
+    def ttft_breakdown(self, request_id: str, parts: dict[str, float]) -> None:
+        """The request's TTFT in parts (proxy/breakdown.py), at its first token."""
+        ...
 
     def finished(self, event: Finished) -> None: ...
 
@@ -107,6 +118,9 @@ class EventPublisher:
     def kv_event(self, event: KVEvent) -> None:
         self.publish([event])
 
+    def ttft_breakdown(self, request_id: str, parts: dict[str, float]) -> None:
+        self.publish([Breakdown(request_id, parts)])
+
     def finished(self, event: Finished) -> None:
         self.publish([event])
 
@@ -128,6 +142,8 @@ def apply_to_record(rec: RequestRecord, ev: ClientEvent) -> bool:
             rec.remote_kv_wait_start = ev.time
         else:
             rec.remote_kv_wait_end = ev.time
+    elif isinstance(ev, Breakdown):
+        rec.ttft_breakdown = dict(ev.parts)
     elif isinstance(ev, Finished):
         rec.finish_reason, rec.finish_time, rec.num_preemptions = ev.reason, ev.time, ev.num_preemptions
         return True

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from node.messages import ProxyMessage
 
 from .client import ClientPort
+from .timeline import FrontEnd, NoFrontEnd, ProxyTimeline
 
 # A prompt's block hashes for prefix-aware routing: (request id, prompt length, segments) -> hashes.
 PromptHashes = Callable[[str, int, Sequence[tuple[int, int]]], list[int]]
@@ -42,6 +43,10 @@ class ProxySettings:
     routing: str
     ignore_eos: bool  # the cluster's sampler setting, for requests that do not say
     prompt_hashes: PromptHashes
+    # The P/D hand-off's HTTP legs (proxy/timeline.py); all 0: none.
+    timeline: ProxyTimeline = ProxyTimeline()
+    # The API server's time (phase 1 plugs its `engine/front_end.py` model in here).
+    front_end: FrontEnd = NoFrontEnd()
 
 
 @dataclass(frozen=True)
@@ -50,3 +55,7 @@ class ProxyPorts:
     send: Callable[[str, ProxyMessage], None]
     client: ClientPort
     log: TraceLog | None = None
+    # Run `fn` after `delay_s` run seconds (the runtime schedules it: an event
+    # on the virtual clock, a timer on the wall clock's event loop). Needed
+    # only when the timeline has a term that is not 0.
+    call_later: Callable[[float, Callable[[], None]], None] | None = None

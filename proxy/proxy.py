@@ -42,6 +42,7 @@ from node.messages import (
     RequestMessage,
 )
 
+from .breakdown import breakdown
 from .client import Finished, Submission
 from .ports import KVTransferParams, ProxyPorts, ProxySettings
 from .requests import ProxiedRequest
@@ -62,6 +63,9 @@ class Proxy:
         self._send = ports.send
         self.client = ports.client
         self._log = ports.log
+        self._call_later = ports.call_later
+        self.timeline = settings.timeline
+        self.front_end = settings.front_end
         self._prefill_set = set(settings.prefill)
         self.dead: set[str] = set()
         self.outstanding: dict[str, int] = {n: 0 for n in settings.prefill + settings.decode}
@@ -96,10 +100,14 @@ class Proxy:
             if self._log is not None:
                 self._log("arrive", item.request_id)
         for req in admitted:
+            # The API server's time (phase 1's front end), then, in P/D, the
+            # proxy's prompt-only request to a prefill instance.
+            ready = req.marks["front_end"] = self.front_end.request_ready_at(now, req.prompt_len)
             if self.settings.prefill:
-                self._route(req, "prefill", 1, {"do_remote_decode": True})
+                sent = req.marks["proxy_prefill_request"] = ready + self.timeline.prefill_request_s
+                self._after(sent - now, req, "prefill", 1, {"do_remote_decode": True})
             else:
-                self._route(req, "decode", req.output_len, None)
+                self._after(ready - now, req, "decode", req.output_len, None)
 
     def abort(self, request_id: str) -> bool:
         """The client went away: the request finishes "abort" now; the node
@@ -116,6 +124,29 @@ class Proxy:
         return True
 
     # -- routing ----------------------------------------------------------------------
+    def _after(
+        self,
+        delay: float,
+        req: ProxiedRequest,
+        role: str,
+        max_tokens: int,
+        params: KVTransferParams | None,
+        event: str = "",
+    ) -> None:
+        """Route `req` after `delay` (the timeline's HTTP legs), if it is still
+        in flight then; at once when there is no delay."""
+        if delay <= 0:
+            self._route(req, role, max_tokens, params, event=event)
+            return
+        if self._call_later is None:
+            raise ValueError("the proxy's timeline has delays but its runtime gave no call_later port")
+
+        def route() -> None:
+            if self.requests.get(req.request_id) is req and not req.done:
+                self._route(req, role, max_tokens, params, event=event)
+
+        self._call_later(delay, route)
+
     def _route(
         self,
         req: ProxiedRequest,
@@ -208,16 +239,22 @@ class Proxy:
                 self.events_rejected += 1
                 continue
             if isinstance(ev, KVEvent):
+                if not req.delivered:
+                    req.marks["decode_queue" if ev.phase == "start" else "transfer"] = ev.time
                 client.kv_event(ev)
                 if self._log is not None:
                     self._log(*(("pull_start", rid, node) if ev.phase == "start" else ("pull_end", rid, ev.ok)))
                 continue
             if not req.sched_sent:
                 self.first_scheduled(req, ev.first_scheduled_time)
+            if not req.delivered:
+                self.mark_scheduled(req, is_prefill, ev.first_scheduled_time)
             if not is_prefill and ev.finish_reason is None:
                 # The common case, once per token: tokens from a decode node.
                 tokens = ev.new_token_ids
                 if tokens:
+                    if not req.delivered:
+                        self.first_token(req, now)
                     req.delivered += len(tokens)
                     client.tokens(rid, tokens, now)
                 continue
@@ -250,6 +287,22 @@ class Proxy:
             req.sched_sent = True
             self.client.scheduled(req.request_id, time)
 
+    # -- the TTFT breakdown (proxy/breakdown.py) ---------------------------------------
+    def mark_scheduled(self, req: ProxiedRequest, is_prefill: bool, time: float | None) -> None:
+        """A node first scheduled the request at `time` (its clock), before
+        its first token: the end of its queue, or, at the decode node of a
+        hand-off, of its admission."""
+        if time is None:
+            return
+        req.marks["decode_admission" if not is_prefill and "prefill" in req.marks else "queue"] = time
+
+    def first_token(self, req: ProxiedRequest, now: float) -> None:
+        """The request's first token reached the proxy at `now`: its TTFT's
+        parts go to the client. (Phase 1's `FrontEnd.tokens_visible_at` will
+        move the client's time, and so `to_client`; today it is `now`.)"""
+        req.marks["first_decode_step" if "prefill" in req.marks else "prefill"] = now
+        self.client.ttft_breakdown(req.request_id, breakdown(req.arrival, req.marks, now))
+
     def _on_output(self, node: str, is_prefill: bool, req: ProxiedRequest, ev: OutputEvent, now: float) -> None:
         rid, reason, params = req.request_id, ev.finish_reason, ev.kv_transfer_params
         if is_prefill:
@@ -258,7 +311,11 @@ class Proxy:
             self._release(req)
             if params and reason == "length":
                 req.prefill_node = node
-                self._route(req, "decode", req.output_len, dict(params), event="to_decode")
+                # The prefill's reply with kv_transfer_params back through the
+                # proxy, then the second request to a decode instance.
+                req.marks["prefill"] = now
+                sent = req.marks["proxy_decode_request"] = now + self.timeline.handoff_s
+                self._after(sent - now, req, "decode", req.output_len, dict(params), event="to_decode")
                 return
             # A first token that is EOS ends the request at the prefill node:
             # no hand-off; the client gets that token.
@@ -282,6 +339,8 @@ class Proxy:
         self._finish(req, reason, ev.num_preemptions, why)
 
     def _tokens(self, req: ProxiedRequest, tokens: list[int], now: float) -> None:
+        if not req.delivered:
+            self.first_token(req, now)
         req.delivered += len(tokens)
         self.client.tokens(req.request_id, tokens, now)
 

@@ -4,7 +4,7 @@ prompt's blocks until a decode node has pulled them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .client import Submission
 
@@ -27,6 +27,8 @@ class ProxiedRequest:
     counted: bool = False  # included in the proxy's outstanding count of `node`
     prefill_node: str = ""  # holds the prompt's blocks until the decode node pulls them
     delivered: int = 0  # tokens sent to the client
+    # When each part of its TTFT ended (proxy/breakdown.py), until its first token.
+    marks: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, item: Submission, arrival: float) -> ProxiedRequest:

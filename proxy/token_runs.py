@@ -46,6 +46,10 @@ class RunsHost(Protocol):
 
     def first_scheduled(self, req: ProxiedRequest, time: float | None) -> None: ...
 
+    def mark_scheduled(self, req: ProxiedRequest, is_prefill: bool, time: float | None) -> None: ...
+
+    def first_token(self, req: ProxiedRequest, now: float) -> None: ...
+
 
 class _NodeRuns:
     __slots__ = ("times", "open", "synced")
@@ -125,6 +129,8 @@ class TokenRuns:
             return
         if not req.sched_sent:
             proxy.first_scheduled(req, first_scheduled(rid))
+        if not req.delivered:
+            proxy.mark_scheduled(req, False, first_scheduled(rid))
         if n == 0:
             return
         runs.open[rid] = (req, base)
@@ -141,6 +147,8 @@ class TokenRuns:
         # on the new node, whose prompt then holds the tokens delivered so
         # far; the client's positions are those of the original prompt.)
         first = req.delivered
+        if not first:
+            self.proxy.first_token(req, runs.times[start])
         req.delivered += end - start
         self.proxy.client.token_run(rid, first, runs.times[start:end])
 

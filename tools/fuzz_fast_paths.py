@@ -26,6 +26,7 @@ import time
 import traceback
 
 import engine.steady_cohort as steady_cohort
+from cluster.kv_transfer import KVTransferSettings
 from cluster.spec import ClusterSpec
 from engine.records import WorkloadRequest
 from tests.e2e_inproc.fast_paths_helpers import assert_identical, random_scenario, run_both
@@ -48,6 +49,7 @@ def steady_scenario(rng: random.Random) -> tuple[ClusterSpec, list[WorkloadReque
         block_size=rng.choice([4, 8, 16]),
     )
     workload = _poisson(rng.randint(30, 150), rng.choice([2.0, 10.0, 40.0]), rng.randrange(2**31), out=(1, 400))
+    _hand_off(spec, rng)
     return spec, workload
 
 
@@ -68,7 +70,13 @@ def bulk_scenario(rng: random.Random) -> tuple[ClusterSpec, list[WorkloadRequest
         block_size=block_size,
     )
     workload = _poisson(rng.randint(30, 150), rng.choice([2.0, 10.0, 40.0]), rng.randrange(2**31), out=(1, 400))
+    _hand_off(spec, rng)
     return spec, workload
+
+
+def _hand_off(spec: ClusterSpec, rng: random.Random) -> None:
+    """A P/D hand-off preset at random (drawn last: the draws before keep their seeds' scenarios)."""
+    spec.kv_transfer = KVTransferSettings(preset=rng.choice(["none", "nixl", "mooncake", "p2pnccl"]))
 
 
 def check_seed(seed: int, kind: str) -> None:

@@ -89,7 +89,13 @@ class InProcCluster:
         self.links = InProcProxyLinks(self.loop, self.nodes, self._connection_broken)
         self.proxy = Proxy(
             spec.proxy_settings(),
-            ProxyPorts(self.loop.now, self.links.send, self.client, self._log if trace else None),
+            ProxyPorts(
+                self.loop.now,
+                self.links.send,
+                self.client,
+                self._log if trace else None,
+                call_later=lambda delay, fn: self.loop.at(self.loop.now() + delay, fn),
+            ),
         )
         self.links.proxy = self.proxy
         self.driver = LoadDriver(self.loop, self.proxy, self.client)
@@ -178,6 +184,7 @@ class InProcCluster:
             self._producers,
             self._kv_link,
             self._settings.bytes_per_token,
+            self._settings.kv_timing,
         )
         node = DecodeNode(node_spec, self._settings, ports, kv, self._on_step, self._debug_invariants)
         node.loop.keep_timings = False  # on the virtual clock every step takes its run time exactly

@@ -15,6 +15,13 @@ as the gRPC transport does:
     done report: report -> producer's `on_done_report` -> ack; lost either
     way: not delivered, at the timeout
 
+The connector's own terms (connector/kv_timing.py) come on top of the link:
+the handshake with a producer not contacted yet and the request's metadata
+before the request goes out, the per-transfer latency, descriptors and
+bandwidth once the payload is served; an attempt they push past its timeout
+fails as above. The attempt's timeout counts from when its read can start
+(the handshake is the connector's, not the attempt's).
+
 The retry policy is the node's, not this transport's.
 """
 
@@ -23,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Protocol, TypeGuard
 
+from connector.kv_timing import NO_KV_TIMING, KVContacts, KVTransferTiming
 from connector.link import Direction, Link
 from connector.transport import (
     DoneReport,
@@ -77,6 +85,7 @@ class InProcKVTransport:
         producers: Mapping[str, Producer],
         link_to: Callable[[str, str], Link],
         bytes_per_token: int,
+        timing: KVTransferTiming = NO_KV_TIMING,
     ) -> None:
         """`producers` maps an address (the producer's name in-process) to its
         node; `link_to(consumer, address)` gives the link between them."""
@@ -85,6 +94,9 @@ class InProcKVTransport:
         self.producers = producers
         self.link_to = link_to
         self.bytes_per_token = bytes_per_token
+        self.timing = timing
+        self._timed = not timing.is_free
+        self.contacts = KVContacts()
         # Reports passed on already: a repeat (its ack was lost) is only
         # acknowledged, as the gRPC server's handler does.
         self._reported: set[tuple[str, str]] = set()
@@ -95,6 +107,10 @@ class InProcKVTransport:
     # -- pulls -------------------------------------------------------------------
     def pull(self, attempt: PullAttempt, on_block: OnBlock, on_result: Callable[[PullAttemptResult], None]) -> None:
         now = self.loop.now()
+        if self._timed:
+            # The handshake (first contact) and the request's metadata go
+            # first; the attempt's timeout counts from when its read can start.
+            now = self.contacts.start_at(self.timing, attempt.remote_address, attempt.request_id, now)
         timeout_at = now + attempt.timeout_s
         arrival = self._link(attempt.remote_address).transit(now, REQUEST_BYTES, Direction.FORWARD)
         if arrival is None or arrival > timeout_at:
@@ -129,6 +145,8 @@ class InProcKVTransport:
             return
         nbytes = num_tokens * self.bytes_per_token
         arrival = link.transit(now, nbytes, Direction.REVERSE)
+        if arrival is not None and self._timed:
+            arrival += self.timing.transfer_s(len(attempt.block_indices), nbytes)
         if arrival is None or arrival > timeout_at:
             self._timeout(attempt, on_result, timeout_at)
             return

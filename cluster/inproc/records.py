@@ -68,6 +68,9 @@ class ClientRecords:
         else:
             rec.remote_kv_wait_end = event.time
 
+    def ttft_breakdown(self, request_id: str, parts: dict[str, float]) -> None:
+        self.records[request_id].ttft_breakdown = parts
+
     def finished(self, event: Finished) -> None:
         rec = self.records[event.request_id]
         rec.finish_time = event.time

@@ -63,6 +63,7 @@ class ProxyServer:
             clock,
             self._send,
             publish,
+            time_scale=spec.time_scale,
         )
         self.secret = secret
         self.conns: dict[str, FrameConnection] = {}

@@ -108,6 +108,8 @@ class WallNodeHost:
                 link_epoch=self.clock.run_clock.epoch,
                 consumer_id=spec.name,
                 security=security,
+                timing=node_settings.kv_timing,
+                time_scale=node_settings.time_scale,
             )
             self.node = DecodeNode(spec, node_settings, ports, self.kv, on_step)
 

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from connector.kv_timing import NO_KV_TIMING, KVContacts, KVTransferTiming
 from connector.link import Link, LinkSpec
 from connector.transport import (
     DoneReport,
@@ -54,7 +55,16 @@ class GrpcKVTransport:
         consumer_id: str = "",
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         security: KVSecurity | None = None,
+        timing: KVTransferTiming = NO_KV_TIMING,
+        time_scale: float = 1.0,
     ) -> None:
+        # The connector's own terms (connector/kv_timing.py), slept on this
+        # loop's clock: the handshake and metadata before an attempt, the
+        # transfer's after its blocks are in (not counted against the
+        # attempt's timeout here; in-process an attempt they push past it fails).
+        self._timing = timing.scaled(time_scale)
+        self._timed = not timing.is_free
+        self._contacts = KVContacts()
         config = PullerConfig(consumer_id=consumer_id, max_message_bytes=max_message_bytes)
         self._puller = KVPuller(None, config, link=link, link_seed=link_seed, link_epoch=link_epoch, security=security)
         self._tasks: set[asyncio.Task] = set()
@@ -123,7 +133,14 @@ class GrpcKVTransport:
             num_bytes += len(data)
 
         try:
+            if self._timed:
+                now = asyncio.get_running_loop().time()
+                start = self._contacts.start_at(self._timing, attempt.remote_address, attempt.request_id, now)
+                if start > now:
+                    await asyncio.sleep(start - now)
             result = await self._puller.attempt(attempt, deliver)
+            if self._timed and result.failure is None and result.landed:
+                await asyncio.sleep(self._timing.transfer_s(len(attempt.block_indices), result.num_bytes))
         except asyncio.CancelledError:
             raise
         except Exception as err:  # a bug or an unforeseen error: still one result

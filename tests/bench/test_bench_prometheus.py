@@ -141,3 +141,19 @@ def test_prefix_cache_counters_use_vllm_names():
     text = e.render().decode()
     assert value(text, "vllm:prefix_cache_queries_total") == 640
     assert value(text, "vllm:prefix_cache_hits_total") == 512
+
+
+def test_the_ttft_breakdown_is_a_histogram_per_part():
+    from bench.prometheus import NodeMetricsExporter
+    from engine.records import RequestRecord
+    from proxy.breakdown import PARTS
+
+    exp = NodeMetricsExporter("decode-0")
+    rec = RequestRecord("r", 0.0, 10, 2, token_times=[0.25, 0.3], finish_time=0.3, finish_reason="length")
+    rec.ttft_breakdown = dict.fromkeys(PARTS, 0.0) | {"prefill": 0.2, "transfer": 0.05}
+    exp.observe_request(rec)
+    text = exp.render().decode()
+    for part in PARTS:
+        assert f"disagg_sim:ttft_{part}_seconds_count" in text
+    assert 'disagg_sim:ttft_prefill_seconds_sum{engine="decode-0",model_name="disagg-sim"} 0.2' in text
+    assert 'disagg_sim:ttft_transfer_seconds_sum{engine="decode-0",model_name="disagg-sim"} 0.05' in text

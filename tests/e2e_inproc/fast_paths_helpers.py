@@ -51,6 +51,7 @@ def request_view(r) -> tuple:
         r.finish_time,
         r.finish_reason,
         r.num_preemptions,
+        r.ttft_breakdown,
     )
 
 

@@ -22,6 +22,7 @@ import random
 import pytest
 
 from cluster.inproc.cluster import InProcCluster
+from cluster.kv_transfer import KVTransferSettings
 from cluster.spec import ClusterSpec
 from engine.prompt import segment_key
 from engine.records import WorkloadRequest
@@ -154,6 +155,26 @@ def test_bulk_steps_are_exact(seed: int, monkeypatch: pytest.MonkeyPatch) -> Non
         assert taken["bulk"] > taken["plain"], taken
     elif pp_size > 1:  # (a synchronous node skips a request whose output is in flight: some steps decode nobody)
         assert taken["bulk"] > taken["plain"] // 3, taken
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("preset", ["nixl", "p2pnccl"])
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_the_pd_hand_off_timeline_keeps_the_fast_paths_exact(seed: int, preset: str, async_scheduling: bool) -> None:
+    """The proxy's legs and the connector's terms (cluster.kv_transfer) are
+    events like any other: forwarded and bulk steps give the same results,
+    TTFT breakdowns included."""
+    rng = random.Random(seed)
+    if async_scheduling:
+        spec = _bulk_cluster(1, True, pp_size=rng.choice([1, 2]), async_scheduling=True, block_size=rng.choice([4, 16]))
+    else:
+        spec = _steady_cluster(1, True, block_size=rng.choice([4, 16]), max_num_seqs=rng.choice([8, 32]))
+    spec.kv_transfer = KVTransferSettings(preset=preset, handshake_s=rng.choice([0.0, 0.3]))
+    workload = _poisson(rng.randint(20, 60), rng.choice([2.0, 10.0, 40.0]), seed)
+    plain, fast = run_both(spec, workload, seed=seed)
+    assert_identical(plain, fast)
+    assert not fast.invariant_errors
+    assert all(r.ttft_breakdown is not None for r in fast.requests if r.token_times)
 
 
 def test_fast_forward_does_most_steps_of_a_light_load() -> None:

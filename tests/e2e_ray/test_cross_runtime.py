@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from bench.wall_twin import to_model_time
 from cluster.inproc import run_inproc
 from cluster.ray.runtime import run_ray
 
@@ -142,3 +143,36 @@ def test_the_proxy_routes_and_reroutes_alike_in_both_runtimes(ray_cluster):
     assert inproc.extra["failures"] == ray.extra["failures"] == {}
     # Every request once to prefill-0 and to a decode node, decode-1's five twice.
     assert cluster.proxy.routed == ray.extra["routed"] == {"prefill-0": 15, "decode-0": 8, "decode-1": 5, "decode-2": 7}
+
+
+def test_the_pd_timeline_runs_in_both_and_its_parts_add_up(ray_cluster):
+    # NIXL-like hand-off (handshake shortened so the run stays short): the
+    # proxy's HTTP legs are timers, the connector's terms sleeps on Ray.
+    # Wall time only adds to the modelled terms (a cold Ray run's first steps
+    # cost tens of milliseconds more on a loaded machine), so Ray's TTFTs are
+    # not compared with the virtual clock's; their parts are.
+    spec = make_spec(
+        time_scale=1.0,
+        decode={"count": 1, "engine": {"num_gpu_blocks": 1000}},
+        kv_transfer={"preset": "nixl", "handshake_s": 0.3},
+    )
+    wl = workload(6, 200, 8, gap_s=0.05)
+    inproc, wall = both(spec, wl, ray_cluster)
+    ray = to_model_time(wall)  # as `disagg-sim run` reports a Ray run
+    assert per_request(inproc) == per_request(ray)
+    for run, tol_s in ((inproc, 1e-9), (ray, 1e-6)):
+        for r in run.requests:
+            parts = r.ttft_breakdown
+            assert parts is not None and abs(sum(parts.values()) - r.ttft) <= tol_s, (r.request_id, parts, r.ttft)
+            # The proxy's legs are its own timers: exact on both clocks.
+            assert parts["proxy_prefill_request"] == pytest.approx(0.002, abs=1e-6)
+            assert parts["proxy_decode_request"] == pytest.approx(0.004, abs=1e-6)
+    # Whatever the wall clock adds, a modelled term is never shortened.
+    modelled = 0.3 + 0.001 + 0.001  # handshake, metadata, transfer latency
+    for run in (inproc, ray):
+        first = min(run.requests, key=lambda r: r.arrival_time)
+        assert first.ttft_breakdown["transfer"] >= modelled, _ms(first)
+
+
+def _ms(r) -> str:
+    return " ".join(f"{k}={v * 1000:.1f}" for k, v in (r.ttft_breakdown or {}).items() if v)

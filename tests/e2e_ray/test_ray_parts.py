@@ -18,7 +18,7 @@ from connector.link import Link, LinkSpec
 from engine.cost_model import get_cost_model
 from node.messages import RequestMessage
 from node.settings import NodeSettings
-from proxy.client import Arrived, Finished, Scheduled, Submission, Tokens
+from proxy.client import Arrived, Breakdown, Finished, Scheduled, Submission, Tokens
 
 from .conftest import make_spec
 
@@ -113,7 +113,11 @@ def test_the_proxy_prefills_with_one_token_then_decodes_with_the_returned_params
 
     h = run(body())
     kinds = [type(e) for e in h.events]
-    assert kinds == [Arrived, Scheduled, Tokens, Tokens, Finished]
+    # The first token brings the request's TTFT in parts with it.
+    assert kinds == [Arrived, Scheduled, Breakdown, Tokens, Tokens, Finished]
+    (parts,) = [e.parts for e in h.events if isinstance(e, Breakdown)]
+    first_token = next(e.time for e in h.events if isinstance(e, Tokens))
+    assert sum(parts.values()) == pytest.approx(first_token - h.events[0].time, abs=1e-9)
     assert [e.token_ids for e in h.events if isinstance(e, Tokens)] == [
         [5, 6],
         [7],
@@ -172,8 +176,8 @@ def test_a_first_token_that_is_eos_ends_the_request_at_the_prefill_node():
         return h
 
     h = run(body())
-    assert [type(e) for e in h.events] == [Arrived, Scheduled, Tokens, Finished]
-    assert h.events[2].token_ids == [2] and h.events[3].reason == "stop"
+    assert [type(e) for e in h.events] == [Arrived, Scheduled, Breakdown, Tokens, Finished]
+    assert h.events[3].token_ids == [2] and h.events[4].reason == "stop"
     assert len(h.sent) == 1
 
 

@@ -1,0 +1,65 @@
+"""The proxy's side of the P/D timeline (vLLM's disaggregated proxy,
+docs/cost-model.md "The P/D hand-off"): the HTTP legs it spends between a
+client's request and the decode node's first token, and where the API
+server's front end plugs in.
+
+    arrival -> front end ready     `FrontEnd.request_ready_at` (phase 1; none yet)
+            -> prefill request     `prefill_request_s`: the prompt-only request
+                                   (`max_tokens=1`, `do_remote_decode`) to a
+                                   prefill instance's HTTP server
+    prefill output at the proxy
+            -> decode request      `prefill_reply_s` (the prefill's response with
+                                   `kv_transfer_params` back through the proxy) +
+                                   `decode_request_s` (the second request, with
+                                   those params, to a decode instance)
+
+A delay is an event the runtime schedules (`ProxyPorts.call_later`, run
+seconds: the wall-clock runtime hands the proxy its timeline `scaled` by
+`time_scale`); with every term 0 the proxy acts at once, as before the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class ProxyTimeline:
+    prefill_request_s: float = 0.0
+    prefill_reply_s: float = 0.0
+    decode_request_s: float = 0.0
+
+    def scaled(self, time_scale: float) -> ProxyTimeline:
+        """The same legs in run seconds on a wall clock that sleeps
+        `time_scale` seconds per modelled second."""
+        return ProxyTimeline(
+            self.prefill_request_s * time_scale, self.prefill_reply_s * time_scale, self.decode_request_s * time_scale
+        )
+
+    @property
+    def handoff_s(self) -> float:
+        """From the prefill's output at the proxy to the decode request leaving it."""
+        return self.prefill_reply_s + self.decode_request_s
+
+
+class FrontEnd(Protocol):
+    """The API server's time (phase 1, `engine/front_end.py`): when a
+    request that reached the server at `now` is ready to route (parse, chat
+    template, tokenization), and when `num_tokens` tokens leaving the engine
+    at `now` reach the client (detokenization, SSE)."""
+
+    def request_ready_at(self, now: float, prompt_len: int) -> float: ...
+
+    def tokens_visible_at(self, now: float, num_tokens: int) -> float: ...
+
+
+class NoFrontEnd:
+    """No API-server time: what the proxy does until the phase-1 front end
+    is plugged in (`ProxyPorts.front_end`)."""
+
+    def request_ready_at(self, now: float, prompt_len: int) -> float:
+        return now
+
+    def tokens_visible_at(self, now: float, num_tokens: int) -> float:
+        return now
