@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from .cost_model import StepShape
 from .model_shape import GPUSpec, ModelShape, get_gpu, get_model
+from .step_shape import StepShape
 
 GiB = 1024**3
 

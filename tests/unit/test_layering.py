@@ -73,3 +73,69 @@ def test_both_runtimes_run_the_same_role_classes():
     (_, prefill_spec, _), (_, decode_spec, _) = spec.node_specs()
     assert type(WallNodeHost("prefill", prefill_spec, settings).node) is PrefillNode
     assert type(WallNodeHost("decode", decode_spec, settings).node) is DecodeNode
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """First-party module -> the first-party modules it imports anywhere in
+    its source (at the top, under TYPE_CHECKING or inside a function)."""
+    paths = {}
+    for package in sorted(FIRST_PARTY):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "_pb2" in path.name:
+                continue
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            paths[".".join(parts)] = path
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        base_parts = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    up = base_parts[: len(base_parts) - (node.level - 1)]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                for a in node.names:
+                    deps.add(f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base)
+        graph[module] = {d for d in deps if d in paths and d != module}
+    return graph
+
+
+def test_no_module_imports_itself_through_others():
+    """No import circle anywhere (a mixin importing its host class for `self`
+    types was the usual cause): Tarjan's strongly connected components of
+    the module graph are all single modules."""
+    graph = _module_graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert circles == []
