@@ -154,7 +154,10 @@ def _workload(n=6):
 
 
 def test_inproc_step_records_carry_their_modelled_duration():
-    spec = ClusterSpec.model_validate({"prefill": {"count": 0}, "decode": {"engine": {"num_gpu_blocks": 64}}})
+    # The API server off: six requests at once reach the engine together.
+    spec = ClusterSpec.model_validate(
+        {"prefill": {"count": 0}, "decode": {"engine": {"num_gpu_blocks": 64}}, "front_end": {"preset": "off"}}
+    )
     run = run_inproc(spec, _workload())
     scheduled = [s for s in run.steps if s.num_scheduled_tokens > 0]
     assert scheduled and all(s.duration > 0 for s in scheduled)

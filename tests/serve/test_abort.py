@@ -94,7 +94,7 @@ class _Router:
 
         self.sent: list = []
         self.events: list = []
-        spec = serve_spec()
+        spec = serve_spec(front_end={"preset": "off"})  # messages in the next loop pass, not after the API server
         self.proxy, self.links = wall_proxy(
             settings_for(spec.proxy_settings(), ["prefill-0"], ["decode-0"]),
             spec.links.proxy.to_spec(),

@@ -39,9 +39,16 @@ TERMS = {
 TRANSFER_S = 0.004 + 0.002 + 7 * 4 * 10e-6 + 100 * 64 / 1e6  # without the handshake
 
 
-def spec(**kv) -> ClusterSpec:
+def spec(front_end: dict | None = None, **kv) -> ClusterSpec:
+    """1P1D on the unit cost model; the API server off unless `front_end` says."""
     return ClusterSpec.model_validate(
-        {"prefill": {"count": 1}, "decode": {"count": 1}, "cost_model": "unit", "kv_transfer": {**TERMS, **kv}}
+        {
+            "prefill": {"count": 1},
+            "decode": {"count": 1},
+            "cost_model": "unit",
+            "kv_transfer": {**TERMS, **kv},
+            "front_end": front_end or {"preset": "off"},
+        }
     )
 
 
@@ -62,7 +69,7 @@ def test_every_term_of_a_hand_off_at_its_hand_computed_time():
     reqs = run(spec(), [WorkloadRequest("r0", 0.0, 100, 4), WorkloadRequest("r2", 1.0, 100, 4)])
     first, later = parts_of(reqs["r0"]), parts_of(reqs["r2"])
     for p in (first, later):
-        assert p["front_end"] == 0.0 and p["to_client"] == 0.0  # phase 1's terms: none yet
+        assert p["front_end"] == 0.0 and p["to_client"] == 0.0  # the API server is off here
         assert p["proxy_prefill_request"] == pytest.approx(0.010, abs=1e-12)
         assert p["queue"] == pytest.approx(0.0, abs=1e-12)
         assert p["prefill"] == pytest.approx(0.002, abs=1e-12)
@@ -74,6 +81,25 @@ def test_every_term_of_a_hand_off_at_its_hand_computed_time():
     assert first["transfer"] == pytest.approx(0.5 + TRANSFER_S, abs=1e-12)
     assert later["transfer"] == pytest.approx(TRANSFER_S, abs=1e-12)
     assert reqs["r2"].ttft == pytest.approx(0.010 + 0.002 + 0.050 + TRANSFER_S + 0.00101, abs=1e-12)
+
+
+def test_the_api_server_serves_requests_in_turn_before_the_proxy_routes_them():
+    # 2 ms a request + 10 us a prompt token = 3 ms of API-server work each,
+    # then 5 ms of IPC: "a" is routed at 8 ms, "b" (same arrival) waits for
+    # "a"'s tokenization: 11 ms; "c" arrives to an idle server: 8 ms.
+    fe = {"preset": "off", "request_ms": 2.0, "prompt_token_us": 10.0, "ipc_ms": 5.0}
+    reqs = run(
+        spec(front_end=fe),
+        [WorkloadRequest("a", 0.0, 100, 4), WorkloadRequest("b", 0.0, 100, 4), WorkloadRequest("c", 1.0, 100, 4)],
+    )
+    assert parts_of(reqs["a"])["front_end"] == pytest.approx(0.008, abs=1e-12)
+    assert parts_of(reqs["b"])["front_end"] == pytest.approx(0.011, abs=1e-12)
+    assert parts_of(reqs["c"])["front_end"] == pytest.approx(0.008, abs=1e-12)
+    for r in reqs.values():
+        # Detokenization and streaming (`FrontEnd.tokens_visible_at`) are not
+        # applied to the client's token times yet: `to_client` stays 0.
+        assert parts_of(r)["to_client"] == 0.0
+        assert math.fsum(parts_of(r).values()) == pytest.approx(r.ttft, abs=1e-9)
 
 
 def test_a_request_waits_out_a_handshake_in_progress():
@@ -154,7 +180,13 @@ def test_the_parts_add_up_to_every_ttft_under_load():
 
 def test_an_aggregated_request_is_queue_and_prefill():
     s = ClusterSpec.model_validate(
-        {"prefill": {"count": 0}, "decode": {"count": 1}, "cost_model": "unit", "kv_transfer": {"preset": "nixl"}}
+        {
+            "prefill": {"count": 0},
+            "decode": {"count": 1},
+            "cost_model": "unit",
+            "kv_transfer": {"preset": "nixl"},
+            "front_end": {"preset": "off"},
+        }
     )
     reqs = run(s, [WorkloadRequest("a", 0.0, 100, 3), WorkloadRequest("b", 0.0, 100, 3)])
     p = parts_of(reqs["b"])
