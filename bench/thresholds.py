@@ -49,6 +49,20 @@ class ThresholdError(InputError):
     pass
 
 
+def divide(a: float, b: float) -> float:
+    """a / b with IEEE semantics rather than ZeroDivisionError; 0/0 is NaN (undefined)."""
+    if b == 0:
+        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a)
+    return a / b
+
+
+def ratio_of_means(xs: Sequence[float], base: Sequence[float]) -> float | None:
+    """The comparison table's ratio: mean(xs) / mean(base), as `m[a] / m[b]` in a threshold."""
+    if not xs or not base:
+        return None
+    return divide(float(np.mean(xs)), float(np.mean(base)))
+
+
 def sample_std(xs: Sequence[float]) -> float:
     return float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
 
@@ -237,9 +251,7 @@ def _eval(node, groups) -> float:
         return a - b
     if kind == "*":
         return a * b
-    if b == 0:  # IEEE semantics rather than ZeroDivisionError
-        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a)
-    return a / b
+    return divide(a, b)
 
 
 def evaluate_thresholds(results: Sequence[dict], thresholds: Sequence[str]) -> list[ThresholdOutcome]:
