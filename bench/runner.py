@@ -113,32 +113,22 @@ def run_scenario(
         from cluster.ray.runtime import RayClusterHandle
 
         ray_ctx = RayClusterHandle(address=address)
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from .progress import RunProgress
 
     try:
         handle = ray_ctx.__enter__() if ray_ctx is not None else ray_handle
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} runs"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=False,
-        ) as bar:
-            task = bar.add_task(f"{scenario.name} on {runtime}", total=total)
+        clock_label = "simulated" if runtime == "inproc" else "wall"
+        with RunProgress(console, f"{scenario.name} on {runtime}", total, clock_label) as progress:
             keys = [(variant, repeat) for variant in variants for repeat in range(scenario.file.repeats)]
-
-            def starting(variant: str, repeat: int) -> None:
-                bar.update(task, description=f"{scenario.name}: {variant} r{repeat}")
-
             sweep = Sweep(scenario, runtime, handle, debug_invariants, observer, pace, provenance, outcome.out_dir)
+            sweep.within = progress.within
             with worker_pool(jobs) as pool:  # None: the runs go here, one after another
-                for variant, repeat, run, result in sweep.runs(keys, pool, starting):
+                for variant, repeat, run, result in sweep.runs(keys, pool, progress.starting):
                     outcome.runs[(variant, repeat)] = run
                     for err in run.invariant_errors:
                         outcome.invariant_errors.append(f"{variant} r{repeat}: {err}")
                     outcome.results.append(result)
-                    bar.advance(task)
+                    progress.finished(result)
         if observer is not None and hold_metrics > 0 and observer.urls:
             console.print(f"serving /metrics for {hold_metrics:g}s: " + ", ".join(observer.urls.values()))
             time.sleep(hold_metrics)
