@@ -294,6 +294,7 @@ def cmd_compare(args) -> int:
         console=console,
         json_path=args.json,
         fmt=args.format,
+        err_console=Console(stderr=True, width=100000),
     )
 
 

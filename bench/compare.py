@@ -261,13 +261,16 @@ def main_compare(
     console: Console | None = None,
     json_path: str | None = None,
     fmt: str = "table",
+    err_console: Console | None = None,
 ) -> int:
     """CLI body: 0 when every threshold passes, 1 when one fails, 2 on bad input.
 
     Paths are result files or directories, each optionally `LABEL=PATH`:
     `compare base=results/a cand=results/b` puts two builds side by side
     (variants `base/fixed`, `cand/fixed`, ...; ratios against `base/`).
-    `fmt`: the terminal table, or markdown / csv / json (bench/compare_formats.py)."""
+    `fmt`: the terminal table, or markdown / csv / json (bench/compare_formats.py).
+    Bad input is one line on `err_console` (the CLI's stderr, so a JSON or CSV
+    reader never gets it), by default `console`."""
     import json as _json
 
     console = console or Console()
@@ -276,7 +279,7 @@ def main_compare(
         base, names, table = summarize(results, baseline, metrics, baseline_of)
         outcomes = evaluate_thresholds(results, thresholds)
     except InputError as exc:
-        console.print(f"[red]error:[/] {escape(one_line(str(exc)))}", highlight=False)
+        (err_console or console).print(f"[red]error:[/] {escape(one_line(str(exc)))}", highlight=False, soft_wrap=True)
         return 2
     failed = [o for o in outcomes if not o.passed]
     code = 1 if failed else 0
