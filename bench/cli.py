@@ -39,6 +39,10 @@ DEFAULT_SCENARIO = "cascade"
 EXIT_BAD_INPUT = 2
 EXIT_CRASH = 4
 # Files a run writes into its directory; --overwrite removes exactly these.
+BY_NODE_HELP = (
+    "after each variant, a column per node (variant@node: its counters and step figures; thresholds can name "
+    "metric[variant@node] too)"
+)
 # The results directory of the command being run, once there is one (`_crash_report`).
 _RUN_DIR: dict[str, Path] = {}
 RUN_OUTPUTS = ("*__r*.json", "*__r*.steps.jsonl", "v0_report.json", "report.html", "plots", "error.log")
@@ -271,6 +275,7 @@ def cmd_run(args) -> int:
         only=args.only,
         pace=args.pace,
         jobs=args.jobs,
+        by_node=args.by_node,
     )
     clock = outcome.results[0]["clock"] if outcome.results else "?"
     described = {
@@ -295,6 +300,7 @@ def cmd_compare(args) -> int:
         json_path=args.json,
         fmt=args.format,
         err_console=Console(stderr=True, width=100000),
+        by_node=args.by_node,
     )
 
 
@@ -382,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="in-process only: run up to N of the variant x repeat runs at once, in worker processes "
         "(same results; default 1)",
     )
+    r.add_argument("--by-node", action="store_true", help=BY_NODE_HELP)
     r.add_argument("--out", help="output directory (default: a new results/<scenario>-<time>)")
     r.add_argument("--overwrite", action="store_true", help="let --out name a directory that holds a previous run")
     r.add_argument("--debug-invariants", action="store_true", help="check block conservation after every step")
@@ -441,6 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="table (fitted to the terminal width), markdown, csv (a row per variant and metric) or json",
     )
     c.add_argument("--json", metavar="PATH", help="also write a machine-readable summary (for CI)")
+    c.add_argument("--by-node", action="store_true", help=BY_NODE_HELP)
     c.set_defaults(func=cmd_compare)
     v = sub.add_parser("validate", help="check a scenario completely (traces, thresholds, sizes) without running it")
     v.add_argument("scenario")

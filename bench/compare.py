@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bench.errors import InputError, did_you_mean, one_line
+from bench.per_node import SEP, by_node_results, split_variant
 from bench.results import ResultsError, is_number, load_results
 
 from .table_layout import layout_tables
@@ -76,11 +77,15 @@ def summarize(
     baseline: str | None = None,
     metrics: Sequence[str] | None = None,
     baseline_of: dict[str, str] | None = None,
+    by_node: bool = False,
 ) -> tuple[str, list[str], dict[str, dict[str, Cell]]]:
     """(baseline, metrics, variant -> metric -> Cell). Metrics default to the usual set present.
 
     `baseline_of` gives a variant its own baseline (labelled result sets:
-    `candidate/fixed` against `baseline/fixed`); the others use `baseline`."""
+    `candidate/fixed` against `baseline/fixed`); the others use `baseline`.
+    `by_node`: after each variant, a column per node (`variant@node`,
+    bench/per_node.py) with the metrics a node has, against the same node of
+    the baseline."""
     groups = group_by_variant(results)
     if not groups:
         raise ResultsError("no results to compare")
@@ -89,22 +94,32 @@ def summarize(
         raise ResultsError(
             f"unknown baseline variant {baseline!r}{did_you_mean(baseline, groups)}; known: {', '.join(groups)}"
         )
-    baseline_of = baseline_of or {}
+    baseline_of = dict(baseline_of or {})
     if metrics is None:
         metrics = [m for m in DEFAULT_TABLE_METRICS if all(is_number(r.get(m)) for r in results)]
+    columns = list(groups)
+    if by_node:
+        node_groups = group_by_variant(by_node_results(results))
+        columns = [c for v in groups for c in (v, *(n for n in node_groups if split_variant(n)[0] == v))]
+        for column in node_groups:
+            variant, node = split_variant(column)
+            baseline_of[column] = f"{baseline_of.get(variant, baseline)}{SEP}{node}"
+        groups = {**groups, **node_groups}
     table: dict[str, dict[str, Cell]] = {}
-    for variant in groups:
+    for variant in columns:
         row: dict[str, Cell] = {}
         for m in metrics:
             base_variant = baseline_of.get(variant, baseline)
+            if SEP in variant and not all(is_number(r.get(m)) for r in groups[variant].values()):
+                continue  # a node has no such figure (TTFT is the client's)
             try:
                 vals = metric_values(groups, m, variant)
-                base = metric_values(groups, m, base_variant)
             except ThresholdError as exc:
                 raise ResultsError(str(exc)) from None
             xs = list(vals.values())
             cell = Cell(float(np.mean(xs)), sample_std(xs), len(xs))
-            if variant != base_variant:
+            if variant != base_variant and base_variant in groups:
+                base = metric_values(groups, m, base_variant)
                 # The ratio of the means: what a threshold `m[variant] / m[baseline]` computes.
                 cell.ratio = ratio_of_means(xs, list(base.values()))
             row[m] = cell
@@ -160,7 +175,8 @@ def format_compare_table(
     for variant, row in table.items():
         n = max((c.n for c in row.values()), default=0)
         mark = "\n(baseline)" if variant == baseline and not baseline_of else ""
-        headers.append(f"{variant}{mark}\nn={n}")
+        # `variant@node` on two lines (`@node` below): narrower, and neither part cut.
+        headers.append(f"{variant.replace(SEP, chr(10) + SEP)}{mark}\nn={n}")
         cells.append([_cell_parts(row.get(m)) for m in metrics])
     return FittedTable(title, metrics, headers, cells)
 
@@ -262,6 +278,7 @@ def main_compare(
     json_path: str | None = None,
     fmt: str = "table",
     err_console: Console | None = None,
+    by_node: bool = False,
 ) -> int:
     """CLI body: 0 when every threshold passes, 1 when one fails, 2 on bad input.
 
@@ -276,7 +293,7 @@ def main_compare(
     console = console or Console()
     try:
         results, baseline_of, _ = load_labelled(paths)
-        base, names, table = summarize(results, baseline, metrics, baseline_of)
+        base, names, table = summarize(results, baseline, metrics, baseline_of, by_node)
         outcomes = evaluate_thresholds(results, thresholds)
     except InputError as exc:
         (err_console or console).print(f"[red]error:[/] {escape(one_line(str(exc)))}", highlight=False, soft_wrap=True)

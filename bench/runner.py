@@ -84,6 +84,7 @@ def run_scenario(
     pace: float | None = None,
     ray_handle=None,
     jobs: int = 1,
+    by_node: bool = False,
 ) -> ScenarioOutcome:
     """Every variant x repeat (`only`: a subset of the variants), each result
     written as it lands, then the table, thresholds, plots and report.html.
@@ -92,7 +93,8 @@ def run_scenario(
     `address`, for this call. `jobs` > 1: in-process runs go to that many
     worker processes at once (bench/parallel_runs.py), with the same results
     (they are started with `spawn`: a script that calls this with `jobs` > 1
-    needs the `if __name__ == "__main__":` guard multiprocessing asks for)."""
+    needs the `if __name__ == "__main__":` guard multiprocessing asks for).
+    `by_node`: the table gets a column per node after each variant."""
     console = console or Console()
     runtime = runtime or scenario.file.runtime
     outcome = ScenarioOutcome()
@@ -140,7 +142,7 @@ def run_scenario(
 
     metrics = table_metrics(report.metrics)
     baseline = report.baseline if report.baseline in variants else None
-    baseline, metrics, table = summarize(outcome.results, baseline, metrics)
+    baseline, metrics, table = summarize(outcome.results, baseline, metrics, by_node=by_node)
     outcome.table = (baseline, metrics, table)
     console.print(format_compare_table(baseline, metrics, table))
     if runtime == "ray":
@@ -188,10 +190,11 @@ def table_metrics(metrics: list[str]) -> list[str]:
 
 
 def _names_only(threshold: str, variants: list[str]) -> bool:
+    from .per_node import split_variant
     from .scenario import _refs
     from .thresholds import parse_threshold
 
-    return all(ref.variant in variants for ref in _refs(parse_threshold(threshold)))
+    return all(split_variant(ref.variant)[0] in variants for ref in _refs(parse_threshold(threshold)))
 
 
 def outage_windows(scenario: Scenario, variants: list[str]) -> dict[str, list[tuple[float, float]]]:
