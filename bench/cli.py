@@ -322,6 +322,10 @@ def cmd_schema(args) -> int:
         from .scenario import load_scenario
 
         print("\n".join(sorted(load_scenario(args.metrics).known_metrics())))
+    elif args.glossary:
+        from .metric_glossary import documented_names, render_markdown
+
+        print(render_markdown(documented_names()), end="")
     elif args.json:
         import json
 
@@ -457,6 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
     g = sc.add_mutually_exclusive_group()
     g.add_argument("--json", action="store_true", help="the JSON schema of a scenario file")
     g.add_argument("--metrics", metavar="SCENARIO", help="every metric name this scenario's results carry")
+    g.add_argument(
+        "--glossary", action="store_true", help="every metric's definition, unit and vLLM equivalent (docs/metrics.md)"
+    )
     sc.set_defaults(func=cmd_schema)
     s = sub.add_parser("scenarios", help="list the built-in scenarios")
     s.set_defaults(func=cmd_scenarios)
