@@ -169,8 +169,9 @@ def run_scenario(
         from .plots import plot_scenario  # matplotlib: imported only to plot (not by a sweep's worker processes)
 
         plot_dir = outcome.out_dir / "plots"
-        outcome.plots = plot_scenario(outcome.runs, variants, baseline, plot_dir, outage_windows(scenario, variants))
-        outcome.report = write_html_report(outcome, scenario, variants, provenance)
+        outages = outage_windows(scenario, variants)
+        outcome.plots = plot_scenario(outcome.runs, variants, baseline, plot_dir, outages)
+        outcome.report = write_html_report(outcome, scenario, variants, provenance, outages)
         console.print(f"results, plots and report in {outcome.out_dir} (open {outcome.report.name})")
     elif outcome.out_dir is not None:
         console.print(f"results in {outcome.out_dir}")
