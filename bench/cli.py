@@ -301,6 +301,7 @@ def cmd_compare(args) -> int:
         fmt=args.format,
         err_console=Console(stderr=True, width=100000),
         by_node=args.by_node,
+        html_path=args.html,
     )
 
 
@@ -453,6 +454,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--json", metavar="PATH", help="also write a machine-readable summary (for CI)")
     c.add_argument("--by-node", action="store_true", help=BY_NODE_HELP)
+    c.add_argument(
+        "--html",
+        metavar="PAGE",
+        help="also write the comparison as one self-contained page: tables and a chart per metric of every run",
+    )
     c.set_defaults(func=cmd_compare)
     v = sub.add_parser("validate", help="check a scenario completely (traces, thresholds, sizes) without running it")
     v.add_argument("scenario")

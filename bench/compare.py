@@ -279,6 +279,7 @@ def main_compare(
     fmt: str = "table",
     err_console: Console | None = None,
     by_node: bool = False,
+    html_path: str | None = None,
 ) -> int:
     """CLI body: 0 when every threshold passes, 1 when one fails, 2 on bad input.
 
@@ -317,6 +318,10 @@ def main_compare(
         }[fmt]()
         console.file.write(text)
         console.file.flush()
+    if html_path is not None:
+        from .compare_page import write_compare_page
+
+        write_compare_page(html_path, results, fitted, outcomes, names, base)
     if json_path is not None:
         try:
             Path(json_path).write_text(_json.dumps(doc, indent=2) + "\n")

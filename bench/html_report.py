@@ -20,18 +20,7 @@ from .compare import FittedTable, format_compare_table
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 1400px; }}
-table {{ border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 14px; }}
-th, td {{ border-bottom: 1px solid #ddd; padding: 0.25em 0.7em; }}
-th {{ background: #f4f4f4; text-align: right; vertical-align: bottom; }}
-td {{ text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }}
-th.metric, td.metric {{ text-align: left; font-family: ui-monospace, monospace; }}
-td.expr {{ text-align: left; font-family: ui-monospace, monospace; white-space: normal; }}
-.ratio {{ color: #666; }}
-.fail {{ color: #b00; }} .pass {{ color: #070; }}
-figure {{ margin: 1em 0; }}
-dt {{ font-weight: bold; float: left; clear: left; width: 9em; }} dd {{ margin-left: 10em; }}
-</style>
+{style}</style>
 <script>{plotlyjs}</script>
 </head><body>
 <h1>{title}</h1>
@@ -47,6 +36,21 @@ dt {{ font-weight: bold; float: left; clear: left; width: 9em; }} dd {{ margin-l
 <h2>Provenance</h2>
 <dl>{provenance}</dl>
 </body></html>
+"""
+
+
+# The page's look, shared with `compare --html` (bench/compare_page.py).
+STYLE = """body { font-family: system-ui, sans-serif; margin: 2em; max-width: 1400px; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 14px; }
+th, td { border-bottom: 1px solid #ddd; padding: 0.25em 0.7em; }
+th { background: #f4f4f4; text-align: right; vertical-align: bottom; }
+td { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+th.metric, td.metric { text-align: left; font-family: ui-monospace, monospace; }
+td.expr { text-align: left; font-family: ui-monospace, monospace; white-space: normal; }
+.ratio { color: #666; }
+.fail { color: #b00; } .pass { color: #070; }
+figure { margin: 1em 0; }
+dt { font-weight: bold; float: left; clear: left; width: 9em; } dd { margin-left: 10em; }
 """
 
 
@@ -144,6 +148,7 @@ def write_html_report(
         invariants=invariants,
         plots=figures_html(figures),
         plotlyjs=get_plotlyjs(),
+        style=STYLE,
         provenance="".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in rows.items()),
     )
     path = outcome.out_dir / "report.html"

@@ -90,3 +90,27 @@ def test_report_tables_hold_every_variant_and_threshold(report):
         assert f"<th>{variant}" in head
     assert '<td class="metric">num_zero_progress_preemptions</td>' in table
     assert source.count('<td class="pass">PASS</td>') == 6
+
+
+def test_compare_page_shows_two_result_sets_side_by_side(tmp_path):
+    from tests.bench.cli_helpers import tiny_results
+
+    browser = _browser()
+    page = tmp_path / "compare.html"
+    sets = [f"base={tiny_results(tmp_path, name='a')}", f"cand={tiny_results(tmp_path, name='b')}"]
+    metrics = ("num_preemptions", "num_zero_progress_preemptions", "mean_ttft_ms")
+    args = [a for m in metrics for a in ("--metric", m)]
+    done = cli("compare", *sets, *args, "--threshold", "num_preemptions[cand/prefix] > 1", "--html", str(page))
+    assert done.returncode == 0, done.stderr
+    source = page.read_text()
+    assert "<pre" not in source and '<td class="pass">PASS</td>' in source
+    for variant in ("base/fixed", "base/prefix", "cand/fixed", "cand/prefix"):
+        assert f"<th>{variant}" in source
+    dom, console = _render(browser, page)
+    assert console == []
+    figures = re.findall(r'id="(figure-\d+)"', source)
+    assert len(figures) == len(metrics)
+    for fig, metric in zip(figures, metrics, strict=True):
+        div = dom[dom.index(f'id="{fig}"') :]
+        assert "main-svg" in div[:20000], fig
+        assert f'"title":{{"text":"{metric}"' in source
