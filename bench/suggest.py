@@ -47,11 +47,19 @@ def score(word: str, candidate: str) -> float:
     return max(_token_score(_tokens(word), _tokens(candidate)), spelling)
 
 
+def _common_start(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
 def closest(word: str, candidates: Iterable[str], cutoff: float = CUTOFF) -> str | None:
     """The best candidate scoring at least `cutoff`, or None."""
-    best, best_key = None, (cutoff, -1.0)
+    best, best_key = None, (cutoff, -1.0, -1)
     for cand in dict.fromkeys(candidates):
-        key = (score(word, cand), difflib.SequenceMatcher(None, word, cand).ratio())
+        # Ties go to the spelling, then to the longer common start (`--metric` -> `--metrics-port`).
+        key = (score(word, cand), difflib.SequenceMatcher(None, word, cand).ratio(), _common_start(word, cand))
         if key >= best_key and (best is None or key > best_key):
             best, best_key = cand, key
     return best

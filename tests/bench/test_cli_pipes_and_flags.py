@@ -65,6 +65,10 @@ def test_a_crash_leaves_its_traceback_in_the_results_directory(tmp_path, monkeyp
             "error: disagg-sim: unrecognized arguments: --repeat 2; did you mean --repeats?",
         ),
         (
+            ["run", "cascade-inproc", "--metric", "5"],
+            "error: disagg-sim: unrecognized arguments: --metric 5; did you mean --metrics-port?",
+        ),
+        (
             ["run", "cascade-inproc", "--net-delay-ms", "5"],
             "error: disagg-sim: unrecognized arguments: --net-delay-ms 5; did you mean --net-delay?",
         ),
