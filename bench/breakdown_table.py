@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.table import Table
-
 from proxy.breakdown import PARTS
 
-from .compare import Cell, format_compare_table, summarize
+from .compare import Cell, FittedTable, format_compare_table, summarize
 
 
 def breakdown_metrics() -> list[str]:
@@ -23,7 +21,7 @@ def breakdown_table(results: Sequence[dict], baseline: str | None) -> tuple[str,
     return summarize(results, baseline, breakdown_metrics())
 
 
-def format_breakdown_table(baseline: str, metrics: Sequence[str], table: dict[str, dict[str, Cell]]) -> Table:
+def format_breakdown_table(baseline: str, metrics: Sequence[str], table: dict[str, dict[str, Cell]]) -> FittedTable:
     t = format_compare_table(baseline, metrics, table)
     t.title = f"TTFT breakdown: mean ms per part (they add up to mean_ttft_ms); {t.title}"
     return t

@@ -33,6 +33,7 @@ runs on the TTFTs less that front-end time. Exact where nothing queues
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 from statistics import median
@@ -224,7 +225,9 @@ def calibrate(
     name: str | None = None,
     front_end_out: Path | None = None,
 ) -> dict:
-    fmt = fmt if fmt != "auto" else ("steps" if source.suffix in (".jsonl", ".ndjson") else "bench")
+    if fmt == "auto":
+        by_suffix = {".jsonl": "steps", ".ndjson": "steps", ".log": "vllm-log", ".txt": "vllm-log"}
+        fmt = by_suffix.get(source.suffix, "bench")
     front_end = None
     if front_end_out is not None:
         if fmt != "bench" or kind != "roofline" or preset is None:
@@ -235,7 +238,11 @@ def calibrate(
             raise InputError(f"--preset: {err}") from None
         front_end = fit_front_end(load_bench_json(source), base_model)
         front_end_out.write_text(json.dumps({"preset": "off", **front_end}, indent=2) + "\n")
-    if fmt == "steps":
+    if fmt == "vllm-log":
+        from .vllm_log_stats import load_vllm_log
+
+        points = load_vllm_log(source)
+    elif fmt == "steps":
         points = load_step_timings(source, node)
     elif front_end is None:
         points = load_bench_serve(source)
@@ -259,9 +266,12 @@ def calibrate(
             raise InputError(f"--preset {preset!r} is a linear set; allowed: a roofline preset")
         model = fit_roofline(points, base, name)
         doc = model.to_dict()
+    from .fit_warnings import fit_warnings
+
     errs = np.abs(_rel_errors(model, points)) * 100
     out.write_text(json.dumps(doc, indent=2) + "\n")
     return {
+        "warnings": fit_warnings(model, points),
         "points": len(points),
         "median_abs_error_pct": round(float(np.median(errs)), 3),
         "max_abs_error_pct": round(float(np.max(errs)), 3),
@@ -282,7 +292,14 @@ def add_calibrate_parser(sub) -> None:
     c.add_argument(
         "--preset", help="with --kind roofline: the preset whose model and GPU to fit (e.g. llama-3.1-8b-h100)"
     )
-    c.add_argument("--format", dest="fmt", choices=["auto", "steps", "bench"], default="auto")
+    c.add_argument(
+        "--format",
+        dest="fmt",
+        choices=["auto", "steps", "bench", "vllm-log"],
+        default="auto",
+        help="steps: per-step JSONL; bench: vllm bench serve --save-detailed JSON; vllm-log: a vLLM server log "
+        "(its stats lines; docs/cost-model.md). auto: by suffix (.jsonl steps, .log/.txt vllm-log, else bench)",
+    )
     c.add_argument("--node", help="per-step timings: only this node's steps (e.g. decode-0)")
     c.add_argument(
         "--out", type=Path, required=True, help="the preset file to write (*.json); name it in cluster.cost_model"
@@ -310,6 +327,8 @@ def cmd_calibrate(args) -> int:
         f"fitted {args.kind} cost model on {report['points']} points: median |error| "
         f"{report['median_abs_error_pct']:.2f} %, max {report['max_abs_error_pct']:.2f} %"
     )
+    for warning in report["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     print(json.dumps(report["preset"], indent=2))
     print(f"wrote {report['out']} (use it as cluster.cost_model: {report['out']})")
     if report["front_end"] is not None:

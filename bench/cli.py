@@ -33,21 +33,78 @@ from typing import NoReturn
 import yaml
 from rich.console import Console
 
+from .compare_formats import FORMATS
 from .errors import InputError, one_line
 
 DEFAULT_SCENARIO = "cascade"
 EXIT_BAD_INPUT = 2
 EXIT_CRASH = 4
 # Files a run writes into its directory; --overwrite removes exactly these.
+BY_NODE_HELP = (
+    "after each variant, a column per node (variant@node: its counters and step figures; thresholds can name "
+    "metric[variant@node] too)"
+)
+# The results directory of the command being run, once there is one (`_crash_report`).
+_RUN_DIR: dict[str, Path] = {}
 RUN_OUTPUTS = ("*__r*.json", "*__r*.steps.jsonl", "v0_report.json", "report.html", "plots", "error.log")
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad flag is one line and exit code 2 (no usage block)."""
+    """argparse, but a bad flag is one line and exit code 2 (no usage block),
+    with "did you mean" for an unknown flag; abbreviations are off, so
+    `--repeat` is refused rather than silently taken as `--repeats`."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self._argv: list[str] = []
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
+        message += _flag_suggestion(self, message)
         print(f"error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
+
+
+def _flag_suggestion(parser: _Parser, message: str) -> str:
+    """'; did you mean --net-delay?' for the first unknown flag, from the
+    flags of the subcommand it was given to."""
+    from .errors import did_you_mean
+
+    if not message.startswith("unrecognized arguments:"):
+        return ""
+    unknown = [w.split("=", 1)[0] for w in message.split(":", 1)[1].split() if w.startswith("--")]
+    if not unknown:
+        return ""
+    flags = {o for a in parser._actions for o in a.option_strings}
+    for action in parser._subparsers._group_actions if parser._subparsers else []:
+        choices = getattr(action, "choices", None) or {}
+        command = next((w for w in parser._argv if w in choices), None)
+        if command is not None:
+            flags |= {o for a in choices[command]._actions for o in a.option_strings}
+    return did_you_mean(unknown[0], sorted(f for f in flags if f.startswith("--")))
+
+
+class _PipeConsole(Console):
+    """rich's Console exits 1 when its reader goes away; here that is the
+    reader's choice (`| head`), so it ends the command like any other closed
+    pipe: exit 0 (`main`)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def _console() -> Console:
+    """The terminal's width; when stdout is not a terminal, $COLUMNS if set,
+    else 160 (a log or CI page is wider than rich's default 80)."""
+    import os
+
+    wide = sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
+    return _PipeConsole(width=None if wide else 160)
 
 
 def _number(kind: str, lo: float | None = None, hi: float | None = None, lo_open: bool = False):
@@ -151,7 +208,7 @@ def cmd_run(args) -> int:
     from .runner import run_scenario
     from .sweep import check_jobs
 
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = _console()
     scenario = _load_for_run(args.scenario)
     overrides = _parse_set(args.set or [])
     origins = {k: f"--set {k}" for k in overrides}
@@ -178,6 +235,7 @@ def cmd_run(args) -> int:
         )
     check_jobs(args.jobs, runtime, args.metrics_port, args.log_stats, args.pace)
     out = prepare_out_dir(args.out, scenario.name, args.overwrite)
+    _RUN_DIR["out"] = out  # a crash after this point leaves its traceback beside the results
     variants = args.only or scenario.variant_names
     console.print(
         f"[bold]{scenario.name}[/]: {len(variants)} variant(s) × {scenario.file.repeats} repeat(s) "
@@ -219,6 +277,7 @@ def cmd_run(args) -> int:
         pace=args.pace,
         jobs=args.jobs,
         breakdown=args.breakdown,
+        by_node=args.by_node,
     )
     clock = outcome.results[0]["clock"] if outcome.results else "?"
     described = {
@@ -233,9 +292,18 @@ def cmd_run(args) -> int:
 def cmd_compare(args) -> int:
     from .compare import main_compare
 
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = _console()
     return main_compare(
-        args.results, args.threshold or [], args.baseline, args.metric or None, console=console, json_path=args.json
+        args.results,
+        args.threshold or [],
+        args.baseline,
+        args.metric or None,
+        console=console,
+        json_path=args.json,
+        fmt=args.format,
+        err_console=Console(stderr=True, width=100000),
+        by_node=args.by_node,
+        html_path=args.html,
     )
 
 
@@ -257,6 +325,10 @@ def cmd_schema(args) -> int:
         from .scenario import load_scenario
 
         print("\n".join(sorted(load_scenario(args.metrics).known_metrics())))
+    elif args.glossary:
+        from .metric_glossary import documented_names, render_markdown
+
+        print(render_markdown(documented_names()), end="")
     elif args.json:
         import json
 
@@ -328,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also print the TTFT breakdown: mean ms per part of the first token's path (docs/cost-model.md)",
     )
+    r.add_argument("--by-node", action="store_true", help=BY_NODE_HELP)
     r.add_argument("--out", help="output directory (default: a new results/<scenario>-<time>)")
     r.add_argument("--overwrite", action="store_true", help="let --out name a directory that holds a previous run")
     r.add_argument("--debug-invariants", action="store_true", help="check block conservation after every step")
@@ -360,12 +433,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="print vLLM-style stats lines per node every S seconds of the run's clock (default 5)",
     )
     r.set_defaults(func=cmd_run)
-    c = sub.add_parser("compare", help="compare results JSON files; thresholds set the exit code")
-    c.add_argument("results", nargs="+", help="result files or directories, optionally LABEL=PATH to compare sets")
-    c.add_argument("--threshold", action="append", metavar="EXPR")
-    c.add_argument("--baseline")
-    c.add_argument("--metric", action="append")
+    c = sub.add_parser(
+        "compare",
+        help="compare results JSON files; thresholds set the exit code",
+        description="Put runs side by side: a metric per row, a variant per column (mean ± std over repeats, "
+        "ratio of means against the baseline; docs/metrics.md defines every metric). Exit 0 when every threshold "
+        "passes, 1 when one fails, 2 on bad input.",
+    )
+    c.add_argument(
+        "results",
+        nargs="+",
+        help="result files or directories; LABEL=PATH to compare sets (e.g. base=results/a cand=results/b)",
+    )
+    c.add_argument(
+        "--threshold",
+        action="append",
+        metavar="EXPR",
+        help="e.g. 'num_preemptions[prefix] / num_preemptions[fixed] >= 5' (repeatable; docs/metrics.md)",
+    )
+    c.add_argument("--baseline", metavar="VARIANT", help="the variant ratios are taken against (default: the first)")
+    c.add_argument("--metric", action="append", metavar="M", help="show only this metric (repeatable)")
+    c.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="table (fitted to the terminal width), markdown, csv (a row per variant and metric) or json",
+    )
     c.add_argument("--json", metavar="PATH", help="also write a machine-readable summary (for CI)")
+    c.add_argument("--by-node", action="store_true", help=BY_NODE_HELP)
+    c.add_argument(
+        "--html",
+        metavar="PAGE",
+        help="also write the comparison as one self-contained page: tables and a chart per metric of every run",
+    )
     c.set_defaults(func=cmd_compare)
     v = sub.add_parser("validate", help="check a scenario completely (traces, thresholds, sizes) without running it")
     v.add_argument("scenario")
@@ -374,6 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
     g = sc.add_mutually_exclusive_group()
     g.add_argument("--json", action="store_true", help="the JSON schema of a scenario file")
     g.add_argument("--metrics", metavar="SCENARIO", help="every metric name this scenario's results carry")
+    g.add_argument(
+        "--glossary", action="store_true", help="every metric's definition, unit and vLLM equivalent (docs/metrics.md)"
+    )
     sc.set_defaults(func=cmd_schema)
     s = sub.add_parser("scenarios", help="list the built-in scenarios")
     s.set_defaults(func=cmd_scenarios)
@@ -407,10 +510,26 @@ def _crash_report(exc: BaseException, out: Path | None) -> str:
         return "(could not be saved)"
 
 
+def _quiet_closed_pipe() -> int:
+    """The reader went away (`disagg-sim ... | head`): stop writing, exit 0 as
+    `head` users expect. stdout is pointed at /dev/null so the interpreter's
+    final flush does not raise the same error again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:
+        return _quiet_closed_pipe()
     except InputError as exc:
         print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -421,7 +540,8 @@ def main(argv: list[str] | None = None) -> int:
         from .sweep import RunCrashed
 
         crashed = isinstance(exc, RunCrashed)
-        where = _crash_report(exc.error if isinstance(exc, RunCrashed) else exc, getattr(exc, "out_dir", None))
+        error = exc.error if isinstance(exc, RunCrashed) else exc
+        where = _crash_report(error, getattr(exc, "out_dir", None) or _RUN_DIR.get("out"))
         what = str(exc) if crashed else f"{type(exc).__name__}: {exc}"
         print(
             f"error: the simulator failed (a bug, not your input): {one_line(what)}; traceback in {where}",

@@ -3,9 +3,10 @@ result sets (baseline build vs candidate build) and the machine-readable
 summary for CI.
 
 Table: for every metric, each variant's mean ± sample std over its repeats,
-and for non-baseline variants the paired ratio against the baseline (repeat
-r of the variant divided by repeat r of the baseline, averaged over the
-repeats both have). Thresholds are `bench/thresholds.py`'s.
+and for non-baseline variants the ratio of its mean to the baseline's mean —
+the same number a threshold `metric[variant] / metric[baseline]` computes
+(`ratio_of_means`, bench/thresholds.py), so the table and the thresholds
+never disagree. Thresholds are `bench/thresholds.py`'s.
 """
 
 from __future__ import annotations
@@ -22,14 +23,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from bench.errors import InputError, did_you_mean, one_line
+from bench.per_node import SEP, by_node_results, split_variant
 from bench.results import ResultsError, is_number, load_results
 
+from .table_layout import layout_tables
 from .thresholds import (
     ThresholdError,
     ThresholdOutcome,
     evaluate_thresholds,
     group_by_variant,
     metric_values,
+    ratio_of_means,
     sample_std,
 )
 
@@ -65,7 +69,7 @@ class Cell:
     mean: float
     std: float
     n: int
-    ratio: float | None = None  # mean paired ratio vs baseline; None for the baseline itself
+    ratio: float | None = None  # ratio of means vs baseline; None for the baseline itself
 
 
 def summarize(
@@ -73,11 +77,15 @@ def summarize(
     baseline: str | None = None,
     metrics: Sequence[str] | None = None,
     baseline_of: dict[str, str] | None = None,
+    by_node: bool = False,
 ) -> tuple[str, list[str], dict[str, dict[str, Cell]]]:
     """(baseline, metrics, variant -> metric -> Cell). Metrics default to the usual set present.
 
     `baseline_of` gives a variant its own baseline (labelled result sets:
-    `candidate/fixed` against `baseline/fixed`); the others use `baseline`."""
+    `candidate/fixed` against `baseline/fixed`); the others use `baseline`.
+    `by_node`: after each variant, a column per node (`variant@node`,
+    bench/per_node.py) with the metrics a node has, against the same node of
+    the baseline."""
     groups = group_by_variant(results)
     if not groups:
         raise ResultsError("no results to compare")
@@ -86,25 +94,34 @@ def summarize(
         raise ResultsError(
             f"unknown baseline variant {baseline!r}{did_you_mean(baseline, groups)}; known: {', '.join(groups)}"
         )
-    baseline_of = baseline_of or {}
+    baseline_of = dict(baseline_of or {})
     if metrics is None:
         metrics = [m for m in DEFAULT_TABLE_METRICS if all(is_number(r.get(m)) for r in results)]
+    columns = list(groups)
+    if by_node:
+        node_groups = group_by_variant(by_node_results(results))
+        columns = [c for v in groups for c in (v, *(n for n in node_groups if split_variant(n)[0] == v))]
+        for column in node_groups:
+            variant, node = split_variant(column)
+            baseline_of[column] = f"{baseline_of.get(variant, baseline)}{SEP}{node}"
+        groups = {**groups, **node_groups}
     table: dict[str, dict[str, Cell]] = {}
-    for variant in groups:
+    for variant in columns:
         row: dict[str, Cell] = {}
         for m in metrics:
             base_variant = baseline_of.get(variant, baseline)
+            if SEP in variant and not all(is_number(r.get(m)) for r in groups[variant].values()):
+                continue  # a node has no such figure (TTFT is the client's)
             try:
                 vals = metric_values(groups, m, variant)
-                base = metric_values(groups, m, base_variant)
             except ThresholdError as exc:
                 raise ResultsError(str(exc)) from None
             xs = list(vals.values())
             cell = Cell(float(np.mean(xs)), sample_std(xs), len(xs))
-            if variant != base_variant:
-                pairs = [(vals[r], base[r]) for r in vals if r in base]
-                ratios = [math.nan if b == 0 and a == 0 else (math.inf if b == 0 else a / b) for a, b in pairs]
-                cell.ratio = float(np.mean(ratios)) if ratios else None
+            if variant != base_variant and base_variant in groups:
+                base = metric_values(groups, m, base_variant)
+                # The ratio of the means: what a threshold `m[variant] / m[baseline]` computes.
+                cell.ratio = ratio_of_means(xs, list(base.values()))
             row[m] = cell
         table[variant] = row
     return baseline, list(metrics), table
@@ -122,42 +139,46 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}" if abs(x) < 1e4 else f"{x:.0f}"
 
 
+def _cell_parts(c: Cell | None) -> tuple[str, str]:
+    if c is None:  # a metric this column does not have (a node has no TTFT of its own)
+        return "-", ""
+    return f"{_fmt(c.mean)} ± {_fmt(c.std)}", (f"(×{_fmt(c.ratio)})" if c.ratio is not None else "")
+
+
 def _cell_text(c: Cell) -> str:
-    text = f"{_fmt(c.mean)} ± {_fmt(c.std)}"
-    if c.ratio is not None:
-        text += f" (×{_fmt(c.ratio)})"
-    return text
+    value, ratio = _cell_parts(c)
+    return f"{value} {ratio}".strip()
+
+
+class FittedTable:
+    """The comparison table, laid out when printed for the width it gets
+    (bench/table_layout.py): the same orientation in `run` and `compare`."""
+
+    def __init__(self, title: str, metrics: Sequence[str], headers: list[str], cells: list[list[tuple[str, str]]]):
+        self.title, self.metrics, self.headers, self.cells = title, list(metrics), headers, cells
+
+    def tables(self, width: int) -> list[Table]:
+        return layout_tables(self.title, self.metrics, self.headers, self.cells, width)
+
+    def __rich_console__(self, console, options):
+        yield from self.tables(options.max_width)
 
 
 def format_compare_table(
     baseline: str, metrics: Sequence[str], table: dict[str, dict[str, Cell]], baseline_of: dict[str, str] | None = None
-) -> Table:
-    """Variants side by side (one column each); with more than three variants
-    the table turns so that each variant is a row and it still fits a terminal.
-    Names are never cut: the metric column keeps its full width, values and
-    headers wrap (fold) instead."""
+) -> FittedTable:
+    """A metric per row, a variant per column, wrapped into several tables
+    when the variants do not fit side by side; names are never cut."""
     against = f"vs {baseline}" if not baseline_of else "vs the same variant of the first set"
-    title = f"mean ± std over repeats; (×r) = paired ratio {against}"
-    if len(table) > 3:
-        t = Table(title=title)
-        t.add_column("variant", style="bold", no_wrap=True, min_width=max(len(v) for v in table))
-        t.add_column("n", justify="right")
-        for m in metrics:
-            t.add_column(m, justify="right", overflow="fold")
-        for variant, row in table.items():
-            n = max((c.n for c in row.values()), default=0)
-            label = f"{escape(variant)}{' (baseline)' if variant == baseline else ''}"
-            t.add_row(label, str(n), *(_cell_text(row[m]) for m in metrics))
-        return t
-    t = Table(title=title)
-    t.add_column("metric", style="bold", no_wrap=True, min_width=max((len(m) for m in metrics), default=6))
-    for variant in table:
-        n = max((c.n for c in table[variant].values()), default=0)
-        head = f"{escape(variant)}{' (baseline)' if variant == baseline and not baseline_of else ''}\nn={n}"
-        t.add_column(head, justify="right", overflow="fold")
-    for m in metrics:
-        t.add_row(m, *(_cell_text(table[variant][m]) for variant in table))
-    return t
+    title = f"mean ± std over repeats; (×r) = ratio of means {against}"
+    headers, cells = [], []
+    for variant, row in table.items():
+        n = max((c.n for c in row.values()), default=0)
+        mark = "\n(baseline)" if variant == baseline and not baseline_of else ""
+        # `variant@node` on two lines (`@node` below): narrower, and neither part cut.
+        headers.append(f"{variant.replace(SEP, chr(10) + SEP)}{mark}\nn={n}")
+        cells.append([_cell_parts(row.get(m)) for m in metrics])
+    return FittedTable(title, metrics, headers, cells)
 
 
 def format_threshold_table(outcomes: Sequence[ThresholdOutcome]) -> Table:
@@ -255,30 +276,53 @@ def main_compare(
     metrics: Sequence[str] | None = None,
     console: Console | None = None,
     json_path: str | None = None,
+    fmt: str = "table",
+    err_console: Console | None = None,
+    by_node: bool = False,
+    html_path: str | None = None,
 ) -> int:
     """CLI body: 0 when every threshold passes, 1 when one fails, 2 on bad input.
 
     Paths are result files or directories, each optionally `LABEL=PATH`:
     `compare base=results/a cand=results/b` puts two builds side by side
-    (variants `base/fixed`, `cand/fixed`, ...; ratios against `base/`)."""
+    (variants `base/fixed`, `cand/fixed`, ...; ratios against `base/`).
+    `fmt`: the terminal table, or markdown / csv / json (bench/compare_formats.py).
+    Bad input is one line on `err_console` (the CLI's stderr, so a JSON or CSV
+    reader never gets it), by default `console`."""
     import json as _json
 
     console = console or Console()
     try:
         results, baseline_of, _ = load_labelled(paths)
-        base, names, table = summarize(results, baseline, metrics, baseline_of)
+        base, names, table = summarize(results, baseline, metrics, baseline_of, by_node)
         outcomes = evaluate_thresholds(results, thresholds)
     except InputError as exc:
-        console.print(f"[red]error:[/] {escape(one_line(str(exc)))}", highlight=False)
+        (err_console or console).print(f"[red]error:[/] {escape(one_line(str(exc)))}", highlight=False, soft_wrap=True)
         return 2
-    console.print(format_compare_table(base, names, table, baseline_of))
-    if outcomes:
-        console.print(format_threshold_table(outcomes))
     failed = [o for o in outcomes if not o.passed]
-    console.print(f"{len(outcomes) - len(failed)} passed, {len(failed)} failed", highlight=False)
     code = 1 if failed else 0
+    doc = summary_json(base, names, table, outcomes, baseline_of, code)
+    fitted = format_compare_table(base, names, table, baseline_of)
+    if fmt == "table":
+        console.print(fitted)
+        if outcomes:
+            console.print(format_threshold_table(outcomes))
+        console.print(f"{len(outcomes) - len(failed)} passed, {len(failed)} failed", highlight=False)
+    else:
+        from . import compare_formats
+
+        text = {
+            "markdown": lambda: compare_formats.markdown(fitted.title, names, fitted.headers, fitted.cells, outcomes),
+            "csv": lambda: compare_formats.csv_rows(doc),
+            "json": lambda: compare_formats.json_text(doc),
+        }[fmt]()
+        console.file.write(text)
+        console.file.flush()
+    if html_path is not None:
+        from .compare_page import write_compare_page
+
+        write_compare_page(html_path, results, fitted, outcomes, names, base)
     if json_path is not None:
-        doc = summary_json(base, names, table, outcomes, baseline_of, code)
         try:
             Path(json_path).write_text(_json.dumps(doc, indent=2) + "\n")
         except OSError as exc:

@@ -9,7 +9,6 @@ broken run (3). Anything else that escapes is a bug and is reported as one.
 
 from __future__ import annotations
 
-import difflib
 import typing
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -22,9 +21,11 @@ class InputError(ValueError):
 
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:
-    """'; did you mean X?' when a close match exists, else ''."""
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
+    """'; did you mean X?' when a close match exists (bench/suggest.py: by tokens and spelling), else ''."""
+    from .suggest import closest
+
+    close = closest(word, candidates)
+    return f"; did you mean {close}?" if close else ""
 
 
 def one_line(text: str) -> str:

@@ -78,6 +78,8 @@ def counter_names(specs: Iterable[ClusterSpec]) -> set[str]:
             names.update(k for k, v in node.counters().items() if isinstance(v, (int, float)))
     if any(s.disaggregated for s in specs):
         names.update(PULL_FAILURE_METRICS)
+    if "prefix_cache_queries" in names:
+        names.add("prefix_cache_hit_rate_pct")  # derived from the summed counters (bench/results.py)
     return names
 
 

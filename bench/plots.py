@@ -34,7 +34,7 @@ StepFn = Callable[[StepRecord], float]
 StepsByVariant = Mapping[str, Sequence[Sequence[StepRecord]]]
 
 
-def variant_colours(variants: Sequence[str], baseline: str | None = None) -> dict[str, object]:
+def variant_colours(variants: Sequence[str], baseline: str | None = None) -> dict[str, Any]:  # matplotlib colours
     """One colour per variant, the same in every plot; the baseline black."""
     cmap = plt.get_cmap("tab10" if len(variants) <= 10 else "tab20")
     others = [v for v in variants if v != baseline]
@@ -144,6 +144,12 @@ def _series_plot(
     variants = list(per_variant_nodes)
     colours = variant_colours(variants, baseline)
     nodes = sorted({n for reps in per_variant_nodes.values() for r in reps for n in r})
+    # A panel whose every line is one constant (a prefill node never preempts)
+    # says nothing: it is left out, and the title says which were.
+    flat = [n for n in nodes if _flat(split, n, series)]
+    if flat and len(flat) < len(nodes):
+        nodes = [n for n in nodes if n not in flat]
+        title += f" (flat, not shown: {', '.join(flat)})"
     fig, axes = plt.subplots(
         max(len(nodes), 1), 1, figsize=(9, 2.6 * max(len(nodes), 1) + 0.6), sharex=True, squeeze=False
     )
@@ -184,6 +190,18 @@ def _series_plot(
     fig.tight_layout()
     _legend_outside(fig, axes)
     return _save(fig, path)
+
+
+def _flat(split: _StepsByNode, node: str, series: Sequence[tuple[str, StepFn, str]]) -> bool:
+    """Every series of every variant on this node takes a single value."""
+    values: set[float] = set()
+    for reps in split.per_variant_nodes.values():
+        for rep in reps:
+            for _, fn, _ in series:
+                values.update(fn(s) for s in rep.get(node, ()))
+                if len(values) > 1:
+                    return False
+    return True
 
 
 def _as_repeats(steps_by_variant: Mapping[str, Sequence]) -> StepsByVariant:

@@ -92,6 +92,7 @@ def run_scenario(
     ray_handle=None,
     jobs: int = 1,
     breakdown: bool = False,
+    by_node: bool = False,
 ) -> ScenarioOutcome:
     """Every variant x repeat (`only`: a subset of the variants), each result
     written as it lands, then the table, thresholds, plots and report.html.
@@ -100,7 +101,8 @@ def run_scenario(
     `address`, for this call. `jobs` > 1: in-process runs go to that many
     worker processes at once (bench/parallel_runs.py), with the same results
     (they are started with `spawn`: a script that calls this with `jobs` > 1
-    needs the `if __name__ == "__main__":` guard multiprocessing asks for)."""
+    needs the `if __name__ == "__main__":` guard multiprocessing asks for).
+    `by_node`: the table gets a column per node after each variant."""
     console = console or Console()
     runtime = runtime or scenario.file.runtime
     outcome = ScenarioOutcome()
@@ -121,32 +123,22 @@ def run_scenario(
         from cluster.ray.runtime import RayClusterHandle
 
         ray_ctx = RayClusterHandle(address=address)
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from .progress import RunProgress
 
     try:
         handle = ray_ctx.__enter__() if ray_ctx is not None else ray_handle
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} runs"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=False,
-        ) as bar:
-            task = bar.add_task(f"{scenario.name} on {runtime}", total=total)
+        clock_label = "simulated" if runtime == "inproc" else "wall"
+        with RunProgress(console, f"{scenario.name} on {runtime}", total, clock_label) as progress:
             keys = [(variant, repeat) for variant in variants for repeat in range(scenario.file.repeats)]
-
-            def starting(variant: str, repeat: int) -> None:
-                bar.update(task, description=f"{scenario.name}: {variant} r{repeat}")
-
             sweep = Sweep(scenario, runtime, handle, debug_invariants, observer, pace, provenance, outcome.out_dir)
+            sweep.within = progress.within
             with worker_pool(jobs) as pool:  # None: the runs go here, one after another
-                for variant, repeat, run, result in sweep.runs(keys, pool, starting):
+                for variant, repeat, run, result in sweep.runs(keys, pool, progress.starting):
                     outcome.runs[(variant, repeat)] = run
                     for err in run.invariant_errors:
                         outcome.invariant_errors.append(f"{variant} r{repeat}: {err}")
                     outcome.results.append(result)
-                    bar.advance(task)
+                    progress.finished(result)
         if observer is not None and hold_metrics > 0 and observer.urls:
             console.print(f"serving /metrics for {hold_metrics:g}s: " + ", ".join(observer.urls.values()))
             time.sleep(hold_metrics)
@@ -158,7 +150,7 @@ def run_scenario(
 
     metrics = table_metrics(report.metrics)
     baseline = report.baseline if report.baseline in variants else None
-    baseline, metrics, table = summarize(outcome.results, baseline, metrics)
+    baseline, metrics, table = summarize(outcome.results, baseline, metrics, by_node=by_node)
     outcome.table = (baseline, metrics, table)
     console.print(format_compare_table(baseline, metrics, table))
     outcome.breakdown = breakdown_table(outcome.results, baseline)
@@ -188,8 +180,9 @@ def run_scenario(
         from .plots import plot_scenario  # matplotlib: imported only to plot (not by a sweep's worker processes)
 
         plot_dir = outcome.out_dir / "plots"
-        outcome.plots = plot_scenario(outcome.runs, variants, baseline, plot_dir, outage_windows(scenario, variants))
-        outcome.report = write_html_report(outcome, scenario, variants, provenance)
+        outages = outage_windows(scenario, variants)
+        outcome.plots = plot_scenario(outcome.runs, variants, baseline, plot_dir, outages)
+        outcome.report = write_html_report(outcome, scenario, variants, provenance, outages)
         console.print(f"results, plots and report in {outcome.out_dir} (open {outcome.report.name})")
     elif outcome.out_dir is not None:
         console.print(f"results in {outcome.out_dir}")
@@ -209,10 +202,11 @@ def table_metrics(metrics: list[str]) -> list[str]:
 
 
 def _names_only(threshold: str, variants: list[str]) -> bool:
+    from .per_node import split_variant
     from .scenario import _refs
     from .thresholds import parse_threshold
 
-    return all(ref.variant in variants for ref in _refs(parse_threshold(threshold)))
+    return all(split_variant(ref.variant)[0] in variants for ref in _refs(parse_threshold(threshold)))
 
 
 def outage_windows(scenario: Scenario, variants: list[str]) -> dict[str, list[tuple[float, float]]]:

@@ -35,6 +35,7 @@ from cluster.spec import ClusterSpec
 from engine.records import WorkloadRequest
 
 from .errors import did_you_mean, format_validation_error, one_line
+from .per_node import split_variant
 from .scenario_file import MAX_SCENARIO_BYTES, ScenarioError, ScenarioFile, Variant
 from .thresholds import Ref, ThresholdError, parse_threshold
 from .traces import TraceError, load_trace
@@ -272,11 +273,19 @@ class Scenario:
             except ThresholdError as exc:
                 raise self._fail(where, f"thresholds[{i}]: {exc}") from None
             for ref in _refs(tree):
-                if ref.variant not in self._clusters:
+                variant, node = split_variant(ref.variant)
+                if variant not in self._clusters:
                     raise self._fail(
                         where,
-                        f"threshold {text!r} names variant {ref.variant!r}{did_you_mean(ref.variant, self._clusters)}; "
+                        f"threshold {text!r} names variant {variant!r}{did_you_mean(variant, self._clusters)}; "
                         f"allowed: {', '.join(self._clusters)}",
+                    )
+                nodes = [spec.name for _, spec, _ in self._clusters[variant].node_specs()]
+                if node is not None and node not in nodes:
+                    raise self._fail(
+                        where,
+                        f"threshold {text!r} names node {node!r} of variant {variant!r}{did_you_mean(node, nodes)}; "
+                        f"allowed: {', '.join(nodes)}",
                     )
                 known = known if known is not None else self.known_metrics()
                 if ref.metric not in known:

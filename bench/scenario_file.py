@@ -97,7 +97,7 @@ class Chaos(_Strict):
 
 
 class Report(_Strict):
-    # The variant others are compared with (paired ratios); default: the first.
+    # The variant others are compared with (ratio of means); default: the first.
     baseline: str | None = None
     # The table's rows; `completed` and `failed` are always shown.
     metrics: list[str] = Field(default_factory=lambda: list(DEFAULT_METRICS), max_length=200)

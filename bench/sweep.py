@@ -51,7 +51,9 @@ def run_one(
     ray_handle=None,
     debug_invariants: bool = False,
     observer=None,
+    within=None,
 ) -> RunResult:
+    """`within(finished, total, clock_s)` hears of the run's progress as requests finish."""
     spec = scenario.cluster(variant)
     seed = scenario.file.seed + repeat
     workload, max_concurrency = scenario.workload(variant, seed)
@@ -65,6 +67,10 @@ def run_one(
     if runtime == "inproc":
         from cluster.inproc import InProcCluster
 
+        if within is not None:
+            from .progress import FinishWatch
+
+            observer = FinishWatch(observer, len(workload), within)
         cluster = InProcCluster(spec, seed=seed, debug_invariants=debug_invariants, observer=observer)
         cluster.submit(workload, max_concurrency)
         for fault in faults:
@@ -84,6 +90,7 @@ def run_one(
         max_concurrency=max_concurrency,
         handle=ray_handle,
         faults=ray_faults,
+        progress=(lambda d: within(d["finished"], d["total"], d["time"])) if within is not None else None,
         **(observer.run_ray_kwargs() if observer is not None else {}),
     )
 
@@ -137,6 +144,7 @@ class Sweep:
     pace: float | None = None
     provenance: dict | None = None
     out_dir: Path | None = None
+    within: Any = None  # `run_one`'s progress callback (bench/progress.py), in this process only
 
     def runs(
         self, keys: list[tuple[str, int]], pool: ProcessPoolExecutor | None, starting
@@ -147,7 +155,7 @@ class Sweep:
         repeat)` is told of each in turn. A run that raises ends the sweep as
         `RunCrashed` (bad input as itself)."""
         if pool is not None:
-            runs = runs_in_workers(pool, replace(self, observer=None, ray_handle=None).finished_run, keys)
+            runs = runs_in_workers(pool, replace(self, observer=None, ray_handle=None, within=None).finished_run, keys)
             for i, run in enumerate(runs):
                 starting(run.variant, run.repeat)
                 yield (
@@ -178,7 +186,9 @@ class Sweep:
         observer = self.observer
         if observer is not None:
             observer.begin_run(variant=variant, repeat=repeat, pace=self.pace)
-        run = run_one(self.scenario, variant, repeat, self.runtime, self.ray_handle, self.debug_invariants, observer)
+        run = run_one(
+            self.scenario, variant, repeat, self.runtime, self.ray_handle, self.debug_invariants, observer, self.within
+        )
         wall = time.monotonic() - t0
         if observer is not None:
             observer.sync_counters(run.node_counters)

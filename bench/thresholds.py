@@ -7,10 +7,12 @@ Threshold language (parsed by hand, never eval'd):
     product    := unary (("*" | "/") unary)*
     unary      := "-" unary | atom
     atom       := NUMBER | ref | AGG "(" ref ")" | "(" sum ")"
-    ref        := METRIC "[" VARIANT "]"   AGG: mean min max median std
+    ref        := METRIC "[" VARIANT ("@" NODE)? "]"   AGG: mean min max median std
 
 `metric[variant]` is the mean over that variant's repeats; wrap it in an
 aggregate to pick another (`max(num_zero_progress_preemptions[fixed]) == 0`).
+`metric[variant@node]` is one node's figure (its counters and step
+aggregates; bench/per_node.py): `num_preemptions[fixed@decode-1] == 0`.
 Division follows IEEE: x/0 is +-inf (so "a / b >= 10" passes when b is 0 and
 a is not). 0/0 is undefined: the threshold fails, whatever its comparison,
 and says so.
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.errors import InputError, did_you_mean
+from bench.per_node import node_names, node_view, split_variant
 from bench.results import ResultsError, is_number
 
 AGGREGATES = {
@@ -49,6 +52,20 @@ class ThresholdError(InputError):
     pass
 
 
+def divide(a: float, b: float) -> float:
+    """a / b with IEEE semantics rather than ZeroDivisionError; 0/0 is NaN (undefined)."""
+    if b == 0:
+        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a)
+    return a / b
+
+
+def ratio_of_means(xs: Sequence[float], base: Sequence[float]) -> float | None:
+    """The comparison table's ratio: mean(xs) / mean(base), as `m[a] / m[b]` in a threshold."""
+    if not xs or not base:
+        return None
+    return divide(float(np.mean(xs)), float(np.mean(base)))
+
+
 def sample_std(xs: Sequence[float]) -> float:
     return float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
 
@@ -68,14 +85,30 @@ def group_by_variant(results: Sequence[dict]) -> dict[str, dict[int, dict]]:
 
 
 def metric_values(groups: dict[str, dict[int, dict]], metric: str, variant: str) -> dict[int, float]:
-    if variant not in groups:
+    """Per repeat, `metric` of `variant` — or of one node, `variant@node` (bench/per_node.py)."""
+    base, node = split_variant(variant)
+    if variant not in groups and node is not None and base in groups:
+        runs = _node_runs(groups[base], base, node)
+    elif variant not in groups:
         raise ThresholdError(f"unknown variant {variant!r}{did_you_mean(variant, groups)}; known: {', '.join(groups)}")
-    runs = groups[variant]
+    else:
+        runs = groups[variant]
     missing = [rep for rep, r in runs.items() if not is_number(r.get(metric))]
     if missing:
         known = sorted({k for r in runs.values() for k, v in r.items() if is_number(v)})
         raise ThresholdError(f"unknown metric {metric!r} for variant {variant!r}{did_you_mean(metric, known)}")
     return {rep: float(r[metric]) for rep, r in sorted(runs.items())}
+
+
+def _node_runs(runs: dict[int, dict], variant: str, node: str) -> dict[int, dict]:
+    views = {rep: node_view(r, node) for rep, r in runs.items()}
+    missing = [rep for rep, v in views.items() if v is None]
+    if missing:
+        known = node_names(list(runs.values()))
+        raise ThresholdError(
+            f"unknown node {node!r} of variant {variant!r}{did_you_mean(node, known)}; known: {', '.join(known)}"
+        )
+    return {rep: v for rep, v in views.items() if v is not None}
 
 
 # ---- threshold parsing ---------------------------------------------------------------------------
@@ -238,9 +271,7 @@ def _eval(node, groups) -> float:
         return a - b
     if kind == "*":
         return a * b
-    if b == 0:  # IEEE semantics rather than ZeroDivisionError
-        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a)
-    return a / b
+    return divide(a, b)
 
 
 def evaluate_thresholds(results: Sequence[dict], thresholds: Sequence[str]) -> list[ThresholdOutcome]:

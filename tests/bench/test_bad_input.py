@@ -315,11 +315,13 @@ def test_metrics_port_in_use(tmp_path, capsys):
 
 
 def test_compare_bad_inputs(tmp_path, capsys):
+    # On stderr, like every other bad input (a --format json/csv reader never gets it).
     assert main(["compare", str(tmp_path / "nope.json")]) == 2
-    assert "nope.json: result file not found" in capsys.readouterr().out
+    out = capsys.readouterr()
+    assert "nope.json: result file not found" in out.err and out.out == ""
     (tmp_path / "x.json").write_text("{")
     assert main(["compare", str(tmp_path / "x.json")]) == 2
-    assert "x.json:1: invalid JSON" in capsys.readouterr().out
+    assert "x.json:1: invalid JSON" in capsys.readouterr().err
 
 
 def test_a_subprocess_sees_one_line_and_no_traceback(tmp_path):

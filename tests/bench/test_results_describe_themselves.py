@@ -91,7 +91,7 @@ def test_fresh_directory_per_run_and_report(tmp_path, monkeypatch, capsys):
     ]
     html = (d / "report.html").read_text()
     assert "all 2 threshold(s) passed (exit 0)" in html  # only thresholds on the variants run
-    assert 'src="plots/kv_usage.png"' in html and "num_zero_progress_preemptions" in html
+    assert '"title":{"text":"KV cache usage' in html and "num_zero_progress_preemptions" in html
     # Two result sets side by side, with labels, and a summary for CI.
     summary = tmp_path / "summary.json"
     code = main(
