@@ -35,6 +35,7 @@ from cluster.spec import ClusterSpec
 from engine.records import WorkloadRequest
 
 from .errors import did_you_mean, format_validation_error, one_line
+from .input_files import read_regular_text
 from .scenario_file import MAX_SCENARIO_BYTES, ScenarioError, ScenarioFile, Variant
 from .thresholds import Ref, ThresholdError, parse_threshold
 from .traces import TraceError, load_trace
@@ -396,9 +397,7 @@ def load_scenario(path: str | Path) -> Scenario:
     if p.is_dir():
         raise ScenarioError(f"scenario {p}: is a directory; allowed: a scenario file (.yaml) or a built-in name")
     try:
-        if p.stat().st_size > MAX_SCENARIO_BYTES:
-            raise ScenarioError(f"scenario {p}: larger than {MAX_SCENARIO_BYTES // 2**20} MiB; allowed: a smaller file")
-        text = p.read_text(encoding="utf-8")
+        text = read_regular_text(p, MAX_SCENARIO_BYTES, "scenario")
     except UnicodeDecodeError as exc:
         raise ScenarioError(f"scenario {p}: not a text file (byte {exc.start} is not UTF-8)") from None
     except OSError as exc:
