@@ -47,6 +47,10 @@ from .yaml_source import find_control_characters, line_of, load_yaml_with_lines
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 
 
+# The top-level keys a variant's `set` may change (each variant gets its own).
+VARIANT_SETTABLE = ("cluster", "workload")
+
+
 class Scenario:
     """A loaded, fully validated scenario.
 
@@ -81,6 +85,7 @@ class Scenario:
         self.raw = raw
         self.name = self.file.name
         self.variants = self._expand_variants()
+        self._check_variant_keys()
         self._check_overrides_vs_variants()
         # Validate every variant's cluster and workload now, not mid-run.
         self._clusters = {v.name: self._cluster_for(v) for v in self.variants}
@@ -142,6 +147,20 @@ class Scenario:
                 out.append(Variant(name="+".join(label for label, _ in combo), set=merged))
             return out
         return [Variant(name="default")]
+
+    def _check_variant_keys(self) -> None:
+        """A variant differs from the others only in its cluster and workload
+        (what `_cluster_for` / `_workload_spec_for` read); a `set` of any
+        other key (`faults`, `seed`, `repeats`, ...) would be silently
+        ignored (issue 34): refuse it."""
+        for v in self.variants:
+            for key in v.set:
+                if key.split(".", 1)[0] not in VARIANT_SETTABLE:
+                    raise ScenarioError(
+                        f"{self._variant_origin(v, key)}: variant {v.name!r} sets {key!r}, which a variant cannot "
+                        f"change; allowed: keys under {' or '.join(k + '.' for k in VARIANT_SETTABLE)} "
+                        "(set the others at the top level)"
+                    )
 
     def _check_overrides_vs_variants(self) -> None:
         """A `--set` that a variant sets too would be silently overridden by the variant: refuse it."""

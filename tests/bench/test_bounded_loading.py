@@ -6,6 +6,7 @@ Their time and memory (under 2 s and 200 MB each) are measured by
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -121,3 +122,12 @@ def test_an_out_directory_that_cannot_be_written_is_refused_before_the_run(asser
         assert_refused(["run", path, "--out", str(mount)], "--out", "cannot write there")
     finally:
         subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.mark.parametrize("key", ["faults", "seed", "repeats", "trace.path"])
+def test_a_variant_setting_a_key_it_cannot_change_is_refused_at_load(assert_refused, tmp_path, key):
+    """Issue 34, finding 7: `set: {faults: ...}` in a variant was silently ignored."""
+    data = copy.deepcopy(BASE)
+    data["variants"][1]["set"][key] = [{"kill": "decode-0", "at": 0.1}] if key == "faults" else 3
+    path = write(tmp_path, yaml.safe_dump(data, sort_keys=False))
+    assert_refused(["validate", path], "s.yaml:", f"variant 'b' sets {key!r}", "cluster. or workload.")
