@@ -33,6 +33,7 @@ from typing import NoReturn
 import yaml
 from rich.console import Console
 
+from .bounded_yaml import safe_load_bounded
 from .compare_formats import FORMATS
 from .errors import InputError, one_line
 
@@ -138,7 +139,7 @@ def _parse_set(items: list[str]) -> dict:
         key, value = item.split("=", 1)
         key = key.strip()
         try:
-            out[key] = yaml.safe_load(value) if value.strip() else ""
+            out[key] = safe_load_bounded(value) if value.strip() else ""
         except yaml.YAMLError as exc:
             raise InputError(f"--set {item!r}: the value is not valid YAML ({one_line(str(exc))})") from None
     return out
@@ -200,6 +201,14 @@ def prepare_out_dir(out: str | None, scenario_name: str, overwrite: bool) -> Pat
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"--out {path}: cannot create the directory ({exc.strerror or exc})") from None
+    try:
+        # An existing directory on a read-only mount (or not ours) fails here,
+        # before the first run, not when the results are written.
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise InputError(f"--out {path}: cannot write there ({why}); allowed: a writable directory") from None
     return path
 
 

@@ -35,6 +35,7 @@ from cluster.spec import ClusterSpec
 from engine.records import WorkloadRequest
 
 from .errors import did_you_mean, format_validation_error, one_line
+from .input_files import read_regular_text
 from .per_node import split_variant
 from .scenario_file import MAX_SCENARIO_BYTES, ScenarioError, ScenarioFile, Variant
 from .thresholds import Ref, ThresholdError, parse_threshold
@@ -45,6 +46,10 @@ from .yaml_source import find_control_characters, line_of, load_yaml_with_lines
 
 # Ready scenarios ship in the repository's scenarios/ folder.
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+# The top-level keys a variant's `set` may change (each variant gets its own).
+VARIANT_SETTABLE = ("cluster", "workload")
 
 
 class Scenario:
@@ -81,6 +86,7 @@ class Scenario:
         self.raw = raw
         self.name = self.file.name
         self.variants = self._expand_variants()
+        self._check_variant_keys()
         self._check_overrides_vs_variants()
         # Validate every variant's cluster and workload now, not mid-run.
         self._clusters = {v.name: self._cluster_for(v) for v in self.variants}
@@ -142,6 +148,20 @@ class Scenario:
                 out.append(Variant(name="+".join(label for label, _ in combo), set=merged))
             return out
         return [Variant(name="default")]
+
+    def _check_variant_keys(self) -> None:
+        """A variant differs from the others only in its cluster and workload
+        (what `_cluster_for` / `_workload_spec_for` read); a `set` of any
+        other key (`faults`, `seed`, `repeats`, ...) would be silently
+        ignored (issue 34): refuse it."""
+        for v in self.variants:
+            for key in v.set:
+                if key.split(".", 1)[0] not in VARIANT_SETTABLE:
+                    raise ScenarioError(
+                        f"{self._variant_origin(v, key)}: variant {v.name!r} sets {key!r}, which a variant cannot "
+                        f"change; allowed: keys under {' or '.join(k + '.' for k in VARIANT_SETTABLE)} "
+                        "(set the others at the top level)"
+                    )
 
     def _check_overrides_vs_variants(self) -> None:
         """A `--set` that a variant sets too would be silently overridden by the variant: refuse it."""
@@ -406,9 +426,7 @@ def load_scenario(path: str | Path) -> Scenario:
     if p.is_dir():
         raise ScenarioError(f"scenario {p}: is a directory; allowed: a scenario file (.yaml) or a built-in name")
     try:
-        if p.stat().st_size > MAX_SCENARIO_BYTES:
-            raise ScenarioError(f"scenario {p}: larger than {MAX_SCENARIO_BYTES // 2**20} MiB; allowed: a smaller file")
-        text = p.read_text(encoding="utf-8")
+        text = read_regular_text(p, MAX_SCENARIO_BYTES, "scenario")
     except UnicodeDecodeError as exc:
         raise ScenarioError(f"scenario {p}: not a text file (byte {exc.start} is not UTF-8)") from None
     except OSError as exc:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bench.errors import InputError
+from bench.input_files import check_regular_file
 from bench.workloads.lengths import MAX_LENGTH
 from bench.workloads.spec import MAX_REQUESTS
 from engine.prompt import segment_key
@@ -37,6 +38,12 @@ from engine.records import WorkloadRequest
 CSV_REQUIRED_COLUMNS = ("arrival_time", "prompt_len", "output_len")
 CSV_OPTIONAL_COLUMNS = ("request_id", "priority")
 MOONCAKE_REQUIRED_KEYS = ("timestamp", "input_length", "output_length")
+
+
+# Bounds on a trace file (issue 34): its size, one line, one request's hash ids.
+MAX_TRACE_BYTES = 1 << 30
+MAX_LINE_CHARS = 1 << 20
+MAX_HASH_IDS = 100_000
 
 
 class TraceError(InputError):
@@ -66,8 +73,14 @@ def load_trace(
             raise TraceError(f"{path}: cannot infer trace format from suffix {suffix!r}; use 'mooncake' or 'csv'")
     if path.is_dir():
         raise TraceError(f"{path}: is a directory; expected a trace file (.jsonl or .csv)")
-    if not path.is_file():
+    if not path.exists():
         raise TraceError(f"{path}: trace file not found")
+    try:
+        check_regular_file(path, MAX_TRACE_BYTES, "trace")
+    except InputError as exc:
+        raise TraceError(str(exc)) from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
     # Without max_requests a trace is read to MAX_REQUESTS + 1 so an oversized one is refused, not loaded.
     limit = max_requests if max_requests is not None else MAX_REQUESTS + 1
     try:
@@ -79,6 +92,8 @@ def load_trace(
             raise TraceError(f"unknown trace format {format!r}; allowed: 'mooncake', 'csv', 'auto'")
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: not a text file (byte {exc.start} is not UTF-8)") from None
+    except csv.Error as exc:  # a field past csv's size limit, a stray NUL
+        raise TraceError(f"{path}: not a valid CSV trace ({str(exc)[:80]})") from None
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if len(requests) > MAX_REQUESTS:
@@ -90,10 +105,21 @@ def load_trace(
     return sorted(requests, key=lambda r: r.arrival_time)
 
 
+def _lines(fh, path: Path):
+    """(line number, line) of a text file, each line at most MAX_LINE_CHARS
+    long: a one-line 200 MB trace is refused at its first MiB, not read whole."""
+    lineno = 0
+    while line := fh.readline(MAX_LINE_CHARS + 1):
+        lineno += 1
+        if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+            raise TraceError(f"{path}:{lineno}: a line longer than {MAX_LINE_CHARS:,} characters; allowed: shorter")
+        yield lineno, line
+
+
 def _read_mooncake(path: Path, time_scale: float, max_requests: int | None, prefix: str) -> list[WorkloadRequest]:
     out: list[WorkloadRequest] = []
     with path.open() as fh:
-        for lineno, line in enumerate(fh, start=1):
+        for lineno, line in _lines(fh, path):
             if not line.strip():
                 continue
             if max_requests is not None and len(out) >= max_requests:
@@ -103,6 +129,10 @@ def _read_mooncake(path: Path, time_scale: float, max_requests: int | None, pref
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise TraceError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+            except RecursionError:
+                raise TraceError(f"{where}: JSON nested too deeply; allowed: an object of numbers and a list") from None
+            except ValueError as exc:  # an integer past Python's digit limit
+                raise TraceError(f"{where}: invalid JSON ({str(exc)[:80]})") from None
             if not isinstance(obj, dict):
                 raise TraceError(f"{where}: expected a JSON object, got {type(obj).__name__}")
             missing = [k for k in MOONCAKE_REQUIRED_KEYS if k not in obj]
@@ -116,6 +146,8 @@ def _read_mooncake(path: Path, time_scale: float, max_requests: int | None, pref
             hash_ids = obj.get("hash_ids", [])
             if not isinstance(hash_ids, list) or not all(_is_int(h) for h in hash_ids):
                 raise TraceError(f"{where}: hash_ids must be a list of integers")
+            if len(hash_ids) > MAX_HASH_IDS:
+                raise TraceError(f"{where}: {len(hash_ids):,} hash_ids; allowed: at most {MAX_HASH_IDS:,}")
             out.append(
                 WorkloadRequest(
                     request_id=f"{prefix}{len(out)}",

@@ -13,13 +13,16 @@ from typing import Any
 
 import yaml
 
+from .bounded_yaml import compose_bounded, construct, safe_load_bounded
+
 Path_ = tuple[Any, ...]
 
 
 def load_yaml_with_lines(text: str) -> tuple[Any, dict[Path_, int]]:
-    """Parse one YAML document (safe loader) and map key paths to lines."""
-    data = yaml.safe_load(text)
-    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    """Parse one YAML document (safe loader, within `bounded_yaml`'s bounds)
+    and map key paths to lines."""
+    node = compose_bounded(text)
+    data = construct(node)
     lines: dict[Path_, int] = {}
     if node is not None:
         _walk(node, (), lines)
@@ -41,7 +44,7 @@ def _walk(node: yaml.Node, path: Path_, lines: dict[Path_, int]) -> None:
 
 def _scalar(node: yaml.Node) -> Any:
     if isinstance(node, yaml.ScalarNode):
-        return node.value if node.tag.endswith(":str") else yaml.safe_load(node.value)
+        return node.value if node.tag.endswith(":str") else safe_load_bounded(node.value)
     return None
 
 

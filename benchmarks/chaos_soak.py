@@ -1,6 +1,7 @@
 """Chaos soak: in-process runs back to back, each under a fresh seeded chaos
 plan (node kills, KV partitions, loss bursts, slow stages; cluster/chaos.py)
-on top of KV and proxy-link loss, for `--minutes` of wall time. Reports the
+on top of KV, proxy-link and stage-link loss and broken stage links (decode
+nodes with two pipeline stages), for `--minutes` of wall time. Reports the
 faults injected and survived, the requests lost (neither finished nor
 failed) and leaked (blocks left held), and the process RSS over the soak
 (flat: nothing accumulates across runs).
@@ -32,10 +33,18 @@ def soak_spec(seed: int) -> ClusterSpec:
     return ClusterSpec.model_validate(
         {
             "prefill": {"count": 2, "engine": {"num_gpu_blocks": 400}},
-            "decode": {"count": 3, "engine": {"num_gpu_blocks": 400, "async_scheduling": True}},
+            # Two pipeline stages per decode node, so the stage links carry
+            # every step: lossy on odd seeds, and on every fourth seed broken
+            # for good (an outage past TCP's retransmissions, issue 34).
+            "decode": {"count": 3, "pp_size": 2, "engine": {"num_gpu_blocks": 400, "async_scheduling": True}},
             "links": {
                 "kv": {"delay_ms": 1.0, "jitter_ms": 0.3, "loss": (seed % 5) / 10},
                 "proxy": {"delay_ms": 1.0, "loss": 0.02},
+                "stage": {
+                    "delay_ms": 0.5,
+                    "loss": 0.3 * (seed % 2),
+                    "outages": [[1.0 + (seed % 3) * 0.5, 40.0]] if seed % 4 == 0 else [],
+                },
             },
             "kv_pull_timeout_s": 0.2,
             "kv_pull_deadline_s": 1.0,

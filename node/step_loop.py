@@ -59,6 +59,11 @@ class StepLoop:
         self.check_each_step = check_each_step
         self.alive = True
         self.error: str | None = None
+        # Told when the loop stops on a failure (a step the executor could not
+        # complete): the runtime then takes the node out of the run, so the
+        # proxy re-routes or fails every request it had (issue 34: requests
+        # were left neither finished nor failed when a stage link broke).
+        self.on_failure: Callable[[str], None] | None = None
         self.timings: list[StepTiming] = []
         # Wall-clock runtimes read these (the distortion report); on a
         # virtual clock a step takes exactly its run time, so a runtime may
@@ -94,10 +99,13 @@ class StepLoop:
 
     def stop(self, reason: str | None = None) -> None:
         """No more steps; a step that comes back later is ignored."""
+        failed = reason is not None and self.error is None and self.alive
         if reason is not None and self.error is None:
             logger.error("%s: %s", self.core.name, reason)
             self.error = reason
         self.alive = False
+        if failed and self.on_failure is not None:
+            self.on_failure(reason)  # type: ignore[arg-type]
 
     # -- the loop ---------------------------------------------------------------
     def submit(self, plan: StepPlan) -> None:

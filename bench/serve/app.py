@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
-from .protocol import ApiError, ServeRequest, parse_request, usage
+from .protocol import ApiError, ServeRequest, parse_json_body, parse_request, usage
 from .streams import ServeDriver, Stream
 from .tokenizer import SimTokenizer
 
@@ -35,6 +36,21 @@ def _unknown_model(name: object, served: str) -> ApiError:
 
 def _error(err: ApiError) -> web.Response:
     return web.json_response(err.body(), status=err.status)
+
+
+async def read_json(request: web.Request) -> Any:
+    """The body's JSON within `parse_json_body`'s bounds; a body past
+    MAX_BODY_BYTES is a 413 in OpenAI's error shape, not aiohttp's text/plain."""
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(
+            413, f"the request body is larger than {MAX_BODY_BYTES:,} bytes", kind="invalid_request_error"
+        ) from None
+    try:
+        return parse_json_body(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ApiError(400, "the request body is not valid JSON") from None
 
 
 class ServeApp:
@@ -81,10 +97,7 @@ class ServeApp:
         return web.json_response({"object": "list", "data": [card]})
 
     async def _body(self, request: web.Request) -> dict:
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ApiError(400, "the request body is not valid JSON") from None
+        body = await read_json(request)
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")
         if body.get("model") not in (None, self.model):
@@ -136,10 +149,7 @@ class ServeApp:
 
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
         try:
-            try:
-                body = await request.json()
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                raise ApiError(400, "the request body is not valid JSON") from None
+            body = await read_json(request)
             req = parse_request(body, kind, self.tok, self.model, self.driver.max_model_len)
             stream = self.driver.submit(req)
         except ApiError as err:

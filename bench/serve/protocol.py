@@ -17,6 +17,7 @@ unless it is absent, null or its neutral value.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +83,52 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
 
 
+# Bounds of a request body's JSON (issue 34): Python's int() refuses 4,300+
+# digits and json's decoder recurses per level, both ending in a 500 with a
+# traceback. A request needs neither: numbers of at most 30 digits, nesting
+# of at most MAX_JSON_DEPTH (messages -> content parts -> fields).
+MAX_JSON_INT_DIGITS = 30
+MAX_JSON_DEPTH = 32
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_JSON_INT_DIGITS:
+        raise ApiError(400, f"a number of {len(text)} digits; allowed: at most {MAX_JSON_INT_DIGITS}")
+    return int(text)
+
+
+def _json_depth(raw: str) -> int:
+    """The deepest nesting of brackets outside strings (a linear scan, no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for c in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
+def parse_json_body(raw: str) -> Any:
+    """A request body's JSON within the bounds above, or ApiError(400)."""
+    if _json_depth(raw) > MAX_JSON_DEPTH:
+        raise ApiError(400, f"the request body is nested too deeply; allowed: at most {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(raw, parse_int=_bounded_int)
+    except (json.JSONDecodeError, RecursionError):
+        raise ApiError(400, "the request body is not valid JSON") from None
+
+
 @dataclass
 class ServeRequest:
     kind: str  # "completions" or "chat"
@@ -111,7 +158,7 @@ def _check_fields(body: dict, kind: str) -> None:
     for name in body:
         if name not in KNOWN[kind]:
             also = "the prompt fields, model, stream"
-            raise ApiError(400, f"{name!s:.40} is not supported; supported: {SUPPORTED} (and {also})", name)
+            raise ApiError(400, f"{name!s:.40} is not supported; supported: {SUPPORTED} (and {also})", str(name)[:40])
     for name, allowed in NEUTRAL.items():
         if name in body and body[name] not in allowed:
             raise ApiError(400, f"{name} is not supported by the simulator; supported: {SUPPORTED}", name)
@@ -210,7 +257,11 @@ def parse_request(body: Any, kind: str, tok: SimTokenizer, model: str, max_model
     if not isinstance(stream, bool) and stream is not None:
         raise ApiError(400, "stream is invalid; allowed: true or false", "stream")
     options = body.get("stream_options")
-    if options is not None and (not isinstance(options, dict) or set(options) - {"include_usage"}):
+    if options is not None and (
+        not isinstance(options, dict)
+        or set(options) - {"include_usage"}
+        or not isinstance(options.get("include_usage", False), bool)
+    ):
         raise ApiError(400, "stream_options is invalid; allowed: {include_usage: bool}", "stream_options")
     if options is not None and not stream:
         raise ApiError(400, "stream_options is only allowed when stream is true", "stream_options")

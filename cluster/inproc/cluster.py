@@ -174,6 +174,9 @@ class InProcCluster:
         if role == "prefill":
             executor.serves_prefill = True
             producer = PrefillNode(node_spec, self._settings, ports, self._on_step, self._debug_invariants)
+            producer.loop.on_failure = lambda reason, name=node_spec.name: self.loop.call_soon(
+                self._node_failed, name, reason
+            )
             producer.loop.keep_timings = False  # on the virtual clock every step takes its run time exactly
             producer.set_address(producer.name)  # in-process, a producer's address is its name
             self._producers[producer.name] = producer
@@ -187,6 +190,7 @@ class InProcCluster:
             self._settings.kv_timing,
         )
         node = DecodeNode(node_spec, self._settings, ports, kv, self._on_step, self._debug_invariants)
+        node.loop.on_failure = lambda reason, name=node_spec.name: self.loop.call_soon(self._node_failed, name, reason)
         node.loop.keep_timings = False  # on the virtual clock every step takes its run time exactly
         forwarder = SteadyDecodeForwarder(
             self.loop, self.links, self.driver, self.proxy, self._fast_forward_active, node, executor
@@ -249,6 +253,14 @@ class InProcCluster:
         if self.trace_enabled:
             self._log("kill" if why == "was killed" else "disconnected", name)
         self.proxy.node_died(name, why)
+
+    def _node_failed(self, name: str, reason: str) -> None:
+        """The node's engine loop stopped on a failure (a broken stage link):
+        it is gone to the run, as if killed, and the proxy moves or fails
+        its requests with the reason."""
+        if self.trace_enabled:
+            self._log("failed", name)
+        self.proxy.node_died(name, f"failed: {reason}")
 
     def _connection_broken(self, name: str) -> None:
         """The proxy's connection to a node broke: the node is gone to the run."""

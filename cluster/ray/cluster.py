@@ -30,9 +30,10 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, TypedDict
 
-from cluster.ray.env import ray, use_local_loopback_auth
+from cluster.ray.env import ray
 
 from . import processes as ray_processes
+from .auth import use_private_token_auth
 from .handles import ActorRef
 from .placement import LOCAL_ROLE_UNITS, ROLE_RESOURCES, current_node_id
 
@@ -116,7 +117,7 @@ class RayClusterHandle:
         if self.launched:
             self._preexisting = ray_processes.descendants()
             self.temp_dir = self._temp_dir_arg or tempfile.mkdtemp(prefix="dsr-", dir="/tmp")
-            use_local_loopback_auth()  # loopback only: cluster/ray/env.py says why
+            use_private_token_auth()  # cluster/ray/auth.py says why
             ray.init(
                 include_dashboard=False,
                 object_store_memory=self.object_store_memory,

@@ -351,7 +351,9 @@ class _RayRun:
         observer_errors: list[str] = []
         for name in self.nodes:
             if name in self.killed:
-                node_counters[name] = {"killed": 1, "killed_at_s": self.killed[name]}
+                # Counters are ints on both runtimes (bench/results.py); when
+                # it was killed is in `extra["killed"]`.
+                node_counters[name] = {"killed": 1}
                 continue
             report = reports.get(name)
             if isinstance(report, BaseException) or report is None:

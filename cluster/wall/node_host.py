@@ -112,6 +112,13 @@ class WallNodeHost:
                 time_scale=node_settings.time_scale,
             )
             self.node = DecodeNode(spec, node_settings, ports, self.kv, on_step)
+        self.node.loop.on_failure = self._on_failure
+
+    def _on_failure(self, reason: str) -> None:
+        """The engine loop stopped on a failure (a broken stage link): close
+        the proxy connection, so the proxy takes this node out of the run and
+        re-routes or fails its requests, as for a node that died."""
+        self._failure_close = asyncio.get_running_loop().create_task(self.channel.close())
 
     async def start(self) -> str:
         """Bind the KV server (a producer); its address goes into every `kv_transfer_params`."""

@@ -35,12 +35,14 @@ from protos.disagg import kv_handoff_pb2 as pb
 from protos.disagg import kv_handoff_pb2_grpc as pb_grpc
 
 from .framing import WireBlock, encode_chunks
+from .gate import TokenGate
 from .security import KVSecurity
 from .wire import (
     DEFAULT_CHUNK_BYTES,
     MAX_CHUNK_BYTES,
     MAX_MESSAGE_BYTES,
     MIN_CHUNK_BYTES,
+    release_freed_memory,
     server_options,
     validate_chunk_bytes,
 )
@@ -72,6 +74,15 @@ MAX_BLOCKS_PER_PULL = 65_536
 DEFAULT_MAX_STREAM_S = 60.0
 # Pulls streaming at once across all connections; beyond: RESOURCE_EXHAUSTED.
 DEFAULT_MAX_ACTIVE_PULLS = 256
+# Chunk memory a server lets its streams hold at once. Each stream is charged
+# CHUNKS_HELD_PER_STREAM of its chunk size: the chunk being encoded, the one
+# being written and what gRPC buffers past the reader's window (measured:
+# ~1.5 MiB per stalled 512 KiB-chunk stream, ~12 MiB per 4 MiB one). A pull
+# that would pass the budget is RESOURCE_EXHAUSTED, and the consumer retries.
+# The default admits the 256 streams of default-size chunks, or 42 streams of
+# 4 MiB chunks.
+CHUNKS_HELD_PER_STREAM = 3
+DEFAULT_MAX_INFLIGHT_BYTES = 512 * 1024 * 1024
 
 
 def _short(text: object, limit: int = 64) -> str:
@@ -98,6 +109,7 @@ class KVHandoffHandler:
         corrupt: CorruptHook | None = None,
         remembered_done_reports: int = 100_000,
         max_active_pulls: int = DEFAULT_MAX_ACTIVE_PULLS,
+        max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
     ) -> None:
         self.source = source
         self.on_done = on_done
@@ -106,6 +118,9 @@ class KVHandoffHandler:
         self.serving = True
         self.max_active_pulls = max_active_pulls
         self.active_pulls = 0
+        self.max_inflight_bytes = max_inflight_bytes
+        # Chunk memory charged to the streams served now (CHUNKS_HELD_PER_STREAM each).
+        self.inflight_bytes = 0
         # The most streams served at once: what an operator sizes memory by.
         self.peak_active_pulls = 0
         # Streams ended by the server's own bound (`max_stream_s`).
@@ -194,7 +209,7 @@ class _KVHandoffServicer(pb_grpc.KVHandoffServicer):
     """Translation only: bytes in, handler calls, messages or status codes
     out. Requests arrive as raw bytes and are parsed here, so an undecodable
     one is INVALID_ARGUMENT (not gRPC's UNKNOWN); every call is
-    authenticated first (UNAUTHENTICATED); errors carry short fixed
+    authenticated before it got here (gate.TokenGate); errors carry short fixed
     messages, never the caller's input."""
 
     def __init__(
@@ -211,8 +226,7 @@ class _KVHandoffServicer(pb_grpc.KVHandoffServicer):
         raise AssertionError("unreachable")  # context.abort raises
 
     async def _parse(self, context: grpc.aio.ServicerContext, parse: Callable[[bytes], Any], raw: bytes) -> Any:
-        if not self._security.authenticated(context.invocation_metadata()):
-            await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong KV token")
+        # Authentication happened before the body was read (gate.TokenGate).
         try:
             return parse(raw)
         except Exception:  # DecodeError and kin: the bytes are not the message
@@ -228,6 +242,9 @@ class _KVHandoffServicer(pb_grpc.KVHandoffServicer):
             if handler.active_pulls >= handler.max_active_pulls:
                 raise OverloadedError()
             chunk_bytes = handler.chunk_bytes_for(request.max_chunk_bytes)
+            charge = CHUNKS_HELD_PER_STREAM * chunk_bytes
+            if handler.inflight_bytes + charge > handler.max_inflight_bytes:
+                raise OverloadedError()
             blocks = handler.blocks_for_pull(
                 request.request_id, list(request.block_ids), request.ticket, request.consumer_id
             )
@@ -238,6 +255,7 @@ class _KVHandoffServicer(pb_grpc.KVHandoffServicer):
         if refusal is not None:
             await self._refuse(context, *refusal)
         handler.active_pulls += 1
+        handler.inflight_bytes += charge
         handler.peak_active_pulls = max(handler.peak_active_pulls, handler.active_pulls)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._max_stream_s
@@ -257,6 +275,11 @@ class _KVHandoffServicer(pb_grpc.KVHandoffServicer):
             await self._refuse(context, grpc.StatusCode.NOT_FOUND, "not held")
         finally:
             handler.active_pulls -= 1
+            handler.inflight_bytes -= charge
+            if handler.active_pulls == 0:
+                # The last stream is gone: hand its chunks' pages back
+                # (wire.release_freed_memory says why glibc keeps them).
+                release_freed_memory()
 
     async def ReportDone(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.DoneAck:
         request = await self._parse(context, pb.DoneRequest.FromString, raw)
@@ -335,10 +358,12 @@ class KVHandoffServer:
         security: KVSecurity | None = None,
         max_stream_s: float = DEFAULT_MAX_STREAM_S,
         max_active_pulls: int = DEFAULT_MAX_ACTIVE_PULLS,
+        max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
     ) -> None:
         """`security`: the token every call must carry, and TLS (docs/security.md).
         `max_stream_s` bounds one PullBlocks stream server-side;
-        `max_active_pulls` the streams served at once."""
+        `max_active_pulls` the streams served at once, `max_inflight_bytes`
+        the chunk memory they may hold (CHUNKS_HELD_PER_STREAM chunks each)."""
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"KVHandoffServer: port must be an int in [0, 65535], got {port!r}")
         self.handler = KVHandoffHandler(
@@ -347,8 +372,10 @@ class KVHandoffServer:
             default_chunk_bytes=default_chunk_bytes,
             corrupt=corrupt,
             max_active_pulls=max_active_pulls,
+            max_inflight_bytes=max_inflight_bytes,
         )
         self.security = security or KVSecurity()
+        self.gate = TokenGate(self.security)
         self.servicer = _KVHandoffServicer(self.handler, self.security, max_stream_s)
         self._host = host
         self._port = port
@@ -369,7 +396,7 @@ class KVHandoffServer:
             raise RuntimeError("KVHandoffServer: a stopped server cannot be restarted")
         if self._server is not None:
             return self.address
-        server = grpc.aio.server(options=server_options(self._max_message_bytes))
+        server = grpc.aio.server(options=server_options(self._max_message_bytes), interceptors=(self.gate,))
         server.add_generic_rpc_handlers((kv_handoff_rpc_handlers(self.servicer),))
         bound = format_address(self._host, self._port)
         credentials = self.security.server_credentials()

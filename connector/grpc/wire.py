@@ -20,12 +20,19 @@ MAX_MESSAGE_BYTES = 8 * MiB
 DEFAULT_CHUNK_BYTES = 512 * KiB
 MIN_CHUNK_BYTES = 4 * KiB
 MAX_CHUNK_BYTES = 4 * MiB
+# What the server accepts from a caller: the largest request it can serve is
+# a pull of 65,536 uint32 block ids (5 bytes each at most, 320 KiB) plus its
+# short strings. Anything larger is refused by gRPC core from the message's
+# length prefix, so a stranger cannot make the server buffer megabytes
+# (issue 34). `tests/unit/test_proto_chunks.py` checks the largest valid
+# request fits.
+MAX_REQUEST_BYTES = 384 * KiB
 
 
-def _message_limits(max_message_bytes: int) -> list[tuple[str, int]]:
+def _message_limits(max_send_bytes: int, max_receive_bytes: int) -> list[tuple[str, int]]:
     return [
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_send_bytes),
+        ("grpc.max_receive_message_length", max_receive_bytes),
     ]
 
 
@@ -49,7 +56,13 @@ MAX_CONCURRENT_STREAMS = 128
 def server_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
     # No SO_REUSEPORT: a second server must not silently share a port, and a
     # stopped server's port must refuse connections.
-    return _message_limits(max_message_bytes) + [
+    # The server sends chunks (up to `max_message_bytes`) and receives only
+    # requests (`MAX_REQUEST_BYTES`).
+    return _message_limits(max_message_bytes, MAX_REQUEST_BYTES) + [
+        # Receive windows stay at HTTP/2's 64 KiB: the server only receives
+        # small requests, and grown windows (BDP probing) would let callers
+        # make it buffer megabytes per stream before anything is checked.
+        ("grpc.http2.bdp_probe", 0),
         ("grpc.so_reuseport", 0),
         ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
         ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
@@ -67,7 +80,7 @@ def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[st
     # gRPC waits 1 s (growing to 120 s) before redialling a failed address;
     # a producer that restarts should be found again within a pull deadline.
     # Keepalive pings no more often than the server permits.
-    return _message_limits(max_message_bytes) + [
+    return _message_limits(max_message_bytes, max_message_bytes) + [
         ("grpc.initial_reconnect_backoff_ms", 100),
         ("grpc.min_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 1000),
@@ -102,6 +115,27 @@ def tune_malloc_for_bulk_transfer(mmap_threshold: int = 32 * MiB, trim_threshold
         return False
     m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's malloc.h
     return bool(mallopt(m_mmap_threshold, mmap_threshold)) and bool(mallopt(m_trim_threshold, trim_threshold))
+
+
+def release_freed_memory() -> bool:
+    """Give the heap's free pages back to the system (glibc `malloc_trim`).
+
+    glibc raises its mmap threshold to the size of the largest block freed
+    so far (up to 32 MiB), so after the first few MiB-sized chunks every
+    later chunk lives on a heap arena and stays mapped after it is freed:
+    100 stalled readers of 4 MiB chunks left a prefill actor at 1.26 GB
+    once their streams had ended (issue 34). The server calls this when its
+    last stream ends, so memory follows the streams. Returns False where the
+    C library is not glibc.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return False
+    return bool(trim(0))
 
 
 def validate_chunk_bytes(max_chunk_bytes: int) -> int:

@@ -120,3 +120,27 @@ def test_proxy_link_loss_costs_retransmissions_and_never_reorders_tokens(loss):
     for rec in lossy.requests:
         assert rec.token_times == sorted(rec.token_times)
     assert ttft(lossy) > ttft(clean) + 0.2  # a loss is one retransmission timeout (200 ms) at least
+
+
+@pytest.mark.parametrize("decode_count", [1, 2])
+def test_a_broken_stage_link_fails_or_reroutes_every_request_of_its_node(decode_count):
+    """Issue 34, finding 4: a stage link that breaks (loss, then an outage
+    outlasting TCP's retransmissions) stopped its decode node's engine loop
+    and left the node's requests neither finished nor failed (exit 3), or
+    crashed the run handing it more. The node now leaves the run as a dead
+    one does: the proxy re-routes or fails every request it had, saying why."""
+    spec = make_spec(
+        decode={"count": decode_count, "pp_size": 2, "engine": {"num_gpu_blocks": 500, "async_scheduling": True}},
+        links={
+            "proxy": {"delay_ms": 1.0, "loss": 0.5},
+            "stage": {"delay_ms": 1.0, "loss": 0.5, "outages": [[2.0, 40.0]]},
+        },
+        **FAST_POLICY,
+    )
+    result = run(spec, workload(60, 128, 64, gap_s=0.05))
+    assert_clean(result, 60)
+    # Requests on a node when its link broke fail with that reason (or move
+    # to a live node); those that arrive after every decode node is gone, with that.
+    reasons = {"stage link" if "a stage link broke" in why else why for why in result.extra["failures"].values()}
+    assert reasons == {"stage link", "no live decode node"}
+    assert all(result.node_counters[f"decode-{i}"]["killed"] == 1 for i in range(decode_count))

@@ -1,7 +1,11 @@
-"""A KV server in its own process, for the stalled-readers test: serves one
-16 MiB request built block by block, prints its port, then answers each
-line on stdin with its peak resident set size in bytes, the streams it
-serves now, the most it served at once and the streams its bound cut off."""
+"""A KV server in its own process, for the memory tests: serves one 16 MiB
+request built block by block, prints its port, then answers each line on
+stdin with its peak resident set size in bytes, the streams it serves now,
+the most it served at once, the streams its bound cut off, its resident
+set size now and the calls its token gate refused.
+
+    python -m tests.transport.stall_server MAX_STREAM_S [TOKEN]
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import sys
 from pathlib import Path
 
 from connector.grpc import KVHandoffServer
+from connector.grpc.security import KVSecurity
 
 
 class LazySource:
@@ -24,24 +29,32 @@ class LazySource:
         return (bytes([b % 251]) * self.BLOCK for b in block_ids)
 
 
-def peak_rss_bytes() -> int:
-    """VmHWM: the high-water mark, so a stream that ends before it is
-    sampled still counts."""
+def status_bytes(field: str) -> int:
+    """VmHWM (the high-water mark, so a stream that ends before it is
+    sampled still counts) or VmRSS (now)."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-async def main(max_stream_s: float) -> None:
-    async with KVHandoffServer(LazySource(), max_stream_s=max_stream_s) as server:
+async def main(max_stream_s: float, token: str | None) -> None:
+    security = KVSecurity(auth_token=token)
+    async with KVHandoffServer(LazySource(), max_stream_s=max_stream_s, security=security) as server:
         print(server.address, flush=True)
         loop = asyncio.get_running_loop()
         while await loop.run_in_executor(None, sys.stdin.readline):
             handler = server.handler
-            state = (peak_rss_bytes(), handler.active_pulls, handler.peak_active_pulls, handler.pulls_cut_at_bound)
+            state = (
+                status_bytes("VmHWM"),
+                handler.active_pulls,
+                handler.peak_active_pulls,
+                handler.pulls_cut_at_bound,
+                status_bytes("VmRSS"),
+                server.gate.refused,
+            )
             print(*state, flush=True)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(float(sys.argv[1])))
+    asyncio.run(main(float(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None))

@@ -21,6 +21,8 @@ import pytest
 
 from connector.grpc import KVHandoffServer, KVPuller
 from connector.grpc.security import AUTH_METADATA_KEY, KVSecurity
+from connector.grpc.server import CHUNKS_HELD_PER_STREAM, DEFAULT_MAX_INFLIGHT_BYTES
+from connector.grpc.wire import MAX_REQUEST_BYTES, channel_options
 from connector.transport import InMemoryBlockSource, PullAttempt, PullFailure
 from node.access import AccessList
 from protos.disagg import kv_handoff_pb2 as pb
@@ -151,19 +153,29 @@ def test_undecodable_and_oversized_input_is_invalid_argument_with_a_short_messag
     async def body():
         async with KVHandoffServer(source, security=SECURE) as server:
             addr = server.address
+            long_id = pb.PullRequest(request_id="x" * 300, block_ids=[1]).SerializeToString()
+            many_ids = pb.PullRequest(request_id="r", block_ids=list(range(70_000))).SerializeToString()
+            assert len(many_ids) < MAX_REQUEST_BYTES  # refused by the servicer, not by size
             huge_id = pb.PullRequest(request_id="x" * (1 << 20), block_ids=[1]).SerializeToString()
-            many_ids = pb.PullRequest(request_id="r", block_ids=list(range(1_000_000))).SerializeToString()
-            return [
+            invalid = [
                 await raw_call(addr, PULL, b"\xff\xff\xff\xff", unary=False),
                 await raw_call(addr, DONE, b"\x0a\xff"),
-                await raw_call(addr, PULL, huge_id, unary=False),
+                await raw_call(addr, PULL, long_id, unary=False),
                 await raw_call(addr, PULL, many_ids, unary=False),
+                await raw_call(addr, DONE, pb.DoneRequest(request_id="y" * 300).SerializeToString()),
+            ]
+            # Past the request size limit gRPC itself refuses, from the length prefix.
+            too_big = [
+                await raw_call(addr, PULL, huge_id, unary=False),
                 await raw_call(addr, DONE, pb.DoneRequest(request_id="y" * (1 << 20)).SerializeToString()),
             ]
+            return invalid, too_big
 
-    for code, details in run(body()):
+    invalid, too_big = run(body())
+    for code, details in invalid:
         assert code == grpc.StatusCode.INVALID_ARGUMENT
         assert len(details) <= 80
+    assert [code for code, _ in too_big] == [grpc.StatusCode.RESOURCE_EXHAUSTED] * 2
 
 
 def _make_certs(tmp: Path) -> tuple[bytes, bytes, bytes]:
@@ -205,26 +217,40 @@ def test_pulls_over_tls_with_certificates_made_at_test_time(tmp_path):
 # 16 MiB pull stall (1.6 GiB if each pull were built up front and kept).
 STALLED_READERS_BOUND = 256 << 20
 STREAM_BOUND_S = 10.0  # the stall server's bound on one stream
+# Issue 34: what strangers may make the server hold, and what it may keep
+# once the streams that used it have ended.
+FLOOD_BOUND = 64 << 20
+
+
+class StallServer:
+    """tests/transport/stall_server.py in its own process, so its memory is its own."""
+
+    def __init__(self, max_stream_s: float, token: str | None = None) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.transport.stall_server", str(max_stream_s)] + ([token] if token else []),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        self.address = self.process.stdout.readline().strip()
+
+    def state(self) -> dict[str, int]:
+        self.process.stdin.write("\n")
+        self.process.stdin.flush()
+        names = ("peak_rss", "active", "peak_active", "cut", "rss", "refused")
+        return dict(zip(names, map(int, self.process.stdout.readline().split())))
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
 
 
 def test_100_stalled_readers_stay_under_the_memory_bound_and_are_cut_off():
-    server = subprocess.Popen(
-        # The server's stream bound. Counts and memory are high-water marks, so
-        # a slow machine where early streams end before the last one is read
-        # does not change what is measured.
-        [sys.executable, "-m", "tests.transport.stall_server", str(STREAM_BOUND_S)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-
-    def server_state() -> tuple[int, int, int, int]:
-        """(peak RSS, streams served now, most streams served at once, streams cut at the bound)."""
-        server.stdin.write("\n")
-        server.stdin.flush()
-        peak_rss, active, peak_active, cut = server.stdout.readline().split()
-        return int(peak_rss), int(active), int(peak_active), int(cut)
+    # The server's stream bound. Counts and memory are high-water marks, so
+    # a slow machine where early streams end before the last one is read
+    # does not change what is measured.
+    server = StallServer(STREAM_BOUND_S)
 
     async def body(address):
         request = pb.PullRequest(request_id="big", block_ids=list(range(64))).SerializeToString()
@@ -235,11 +261,11 @@ def test_100_stalled_readers_stay_under_the_memory_bound_and_are_cut_off():
         channels = [grpc.aio.insecure_channel(address, options=options) for _ in range(10)]
         started = time.monotonic()
         calls = [channels[i % 10].unary_stream(PULL)(request) for i in range(100)]
-        before, _, _, _ = server_state()
+        before = server.state()["peak_rss"]
         for call in calls:
             await call.read()  # one chunk each, then the reader stalls
         await asyncio.sleep(1.0)
-        during, _, most_active, _ = server_state()
+        during = server.state()
         # Stall past the server's bound, so every stream has met it.
         await asyncio.sleep(max(0.0, started + STREAM_BOUND_S + 0.5 - time.monotonic()))
         codes = []
@@ -252,21 +278,102 @@ def test_100_stalled_readers_stay_under_the_memory_bound_and_are_cut_off():
                 codes.append(err.code())
         for channel in channels:
             await channel.close()
-        return during - before, most_active, codes
+        return during["peak_rss"] - before, during["peak_active"], codes
 
     try:
-        address = server.stdout.readline().strip()
-        grown, active_while_stalled, codes = run(body(address), timeout_s=90)
-        _, active_after, _, cut = server_state()
+        grown, active_while_stalled, codes = run(body(server.address), timeout_s=90)
+        after = server.state()
     finally:
-        server.kill()
-        server.wait()
+        server.close()
     assert active_while_stalled == 100
     assert grown < STALLED_READERS_BOUND, f"{grown >> 20} MiB"
     # Every stream stalled past the bound: the server cut each one, and each reader saw why.
-    assert cut == 100
+    assert after["cut"] == 100
     assert codes == [grpc.StatusCode.DEADLINE_EXCEEDED] * 100
-    assert active_after == 0
+    assert after["active"] == 0
+
+
+def test_an_unauthenticated_flood_of_8mib_requests_is_refused_before_it_is_buffered():
+    """Issue 34, finding 1: 300 requests of ~8 MiB without the token took a
+    prefill node from 166 MB to 2.38 GB. Refused on their metadata now,
+    none of them is read: the server's peak stays within 64 MiB of its start."""
+    server = StallServer(STREAM_BOUND_S, token=TOKEN)
+    payload = pb.PullRequest(request_id="big", block_ids=[1], ticket="x" * (8 << 20)).SerializeToString()
+    small = pb.PullRequest(request_id="big", block_ids=[1]).SerializeToString()
+
+    async def flood(address):
+        async with grpc.aio.insecure_channel(address) as channel:
+
+            async def one(body):
+                try:
+                    async for _ in channel.unary_stream(PULL)(body, timeout=30):
+                        pass
+                except grpc.aio.AioRpcError as err:
+                    return err.code()
+                return grpc.StatusCode.OK
+
+            big = await asyncio.gather(*(one(payload) for _ in range(300)))
+            return big, await one(small)
+
+    try:
+        start = server.state()
+        big, small_code = run(flood(server.address), timeout_s=100)
+        after = server.state()
+    finally:
+        server.close()
+    # Refused on their headers; under the flood grpc may also drop the
+    # connection (UNAVAILABLE) before a stream is answered. None is served.
+    assert set(big) <= {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNAVAILABLE}
+    assert big.count(grpc.StatusCode.UNAUTHENTICATED) >= 150
+    assert small_code is grpc.StatusCode.UNAUTHENTICATED
+    assert after["refused"] >= 151 and after["peak_active"] == 0
+    assert after["peak_rss"] - start["rss"] < FLOOD_BOUND, f"{(after['peak_rss'] - start['rss']) >> 20} MiB"
+
+
+def test_stalled_readers_of_4mib_chunks_are_bounded_and_their_memory_released():
+    """Issue 34, finding 1: 100 stalled readers asking for 4 MiB chunks left
+    the server at 1.26 GB after their streams ended. Now the server admits
+    as many as its chunk budget holds (RESOURCE_EXHAUSTED beyond), and gives
+    the memory back when the streams end."""
+    server = StallServer(3.0)
+    request = pb.PullRequest(request_id="big", block_ids=list(range(64)), max_chunk_bytes=4 << 20).SerializeToString()
+
+    async def body(address):
+        options = channel_options() + [("grpc.http2.bdp_probe", 0)]  # 4 MiB chunks need the 8 MiB limit
+        channels = [grpc.aio.insecure_channel(address, options=options) for _ in range(10)]
+        calls = [channels[i % 10].unary_stream(PULL)(request) for i in range(100)]
+        codes = []
+        for call in calls:
+            try:
+                await call.read()
+                codes.append(None)  # served; stalls from here
+            except grpc.aio.AioRpcError as err:
+                codes.append(err.code())
+        await asyncio.sleep(0.5)
+        during = server.state()
+        for call in calls:
+            call.cancel()
+        for channel in channels:
+            await channel.close()
+        # Cancelled streams end at once, or at the latest at the 3 s bound.
+        for _ in range(200):
+            if server.state()["active"] == 0:
+                break
+            await asyncio.sleep(0.1)
+        return codes, during
+
+    try:
+        start = server.state()
+        codes, during = run(body(server.address), timeout_s=60)
+        after = server.state()
+    finally:
+        server.close()
+    served = DEFAULT_MAX_INFLIGHT_BYTES // (CHUNKS_HELD_PER_STREAM * (4 << 20))
+    assert codes.count(None) == served == 42
+    assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) == 100 - served
+    assert during["peak_active"] == served
+    assert after["active"] == 0
+    assert after["rss"] - start["rss"] < FLOOD_BOUND, f"{(after['rss'] - start['rss']) >> 20} MiB held"
 
 
 def test_a_seeded_fuzzer_gets_proper_status_codes_and_the_service_stays_up():

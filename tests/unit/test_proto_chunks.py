@@ -255,9 +255,30 @@ def test_handler_awaits_an_async_done_callback():
 
 
 def test_message_size_limits_are_deliberate_and_set_on_both_sides():
-    from connector.grpc.wire import MAX_MESSAGE_BYTES, channel_options, server_options
+    from connector.grpc.wire import MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES, channel_options, server_options
 
     assert MAX_MESSAGE_BYTES == 8 * 1024 * 1024 > MAX_CHUNK_BYTES
-    for options in (dict(server_options()), dict(channel_options())):
-        assert options["grpc.max_send_message_length"] == MAX_MESSAGE_BYTES
-        assert options["grpc.max_receive_message_length"] == MAX_MESSAGE_BYTES
+    client, server = dict(channel_options()), dict(server_options())
+    assert client["grpc.max_send_message_length"] == client["grpc.max_receive_message_length"] == MAX_MESSAGE_BYTES
+    assert server["grpc.max_send_message_length"] == MAX_MESSAGE_BYTES
+    # The server receives requests only: KiB, not MiB (issue 34).
+    assert server["grpc.max_receive_message_length"] == MAX_REQUEST_BYTES == 384 * 1024
+
+
+def test_the_largest_request_the_server_serves_fits_its_receive_limit():
+    from connector.grpc.server import MAX_BLOCKS_PER_PULL, MAX_ID_CHARS, MAX_REASON_CHARS, MAX_TICKET_CHARS
+    from connector.grpc.wire import MAX_REQUEST_BYTES
+
+    largest_pull = pb.PullRequest(
+        request_id="r" * MAX_ID_CHARS,
+        block_ids=[2**32 - 1 - i for i in range(MAX_BLOCKS_PER_PULL)],
+        max_chunk_bytes=2**32 - 1,
+        consumer_id="c" * MAX_ID_CHARS,
+        attempt=2**32 - 1,
+        ticket="t" * MAX_TICKET_CHARS,
+    )
+    largest_done = pb.DoneRequest(
+        request_id="r" * MAX_ID_CHARS, consumer_id="c" * MAX_ID_CHARS, reason="x" * MAX_REASON_CHARS, ticket="t" * 128
+    )
+    assert largest_pull.ByteSize() < MAX_REQUEST_BYTES
+    assert largest_done.ByteSize() < MAX_REQUEST_BYTES
