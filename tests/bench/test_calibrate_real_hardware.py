@@ -35,10 +35,14 @@ def test_calibrate_from_a_vllm_log_fits_decode_and_says_what_it_cannot(tmp_path)
                "--out", str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("fitted roofline cost model on 8 points: median |error| ")
-    # Decode-only steps: nothing compute-bound, no prefill attention.
-    assert _warnings(done.stderr) == ["compute_efficiency", "attention_efficiency"]
-    assert "not identifiable from these points" in done.stderr
-    assert json.loads(out.read_text())["memory_efficiency"] < 1.0
+    # Decode-only steps: nothing compute-bound, no prefill attention. And the
+    # preset's per-sequence host time (80 us, fitted on published vLLM 0.11
+    # runs; calibrate keeps it) leaves this sample's large decode batches less
+    # time than reading the weights and KV at the peak takes: memory_efficiency
+    # is pinned at its bound, and the fit says so.
+    assert _warnings(done.stderr) == ["memory_efficiency", "compute_efficiency", "attention_efficiency"]
+    assert "not identifiable from these points" in done.stderr and "sits on its bound 1.0" in done.stderr
+    assert json.loads(out.read_text())["memory_efficiency"] == 1.0
 
 
 def test_concurrency_1_bench_serve_warns_of_factors_on_their_bound(tmp_path):
