@@ -300,6 +300,7 @@ def cmd_run(args) -> int:
 
 def cmd_compare(args) -> int:
     from .compare import main_compare
+    from .compare_page import write_compare_page
 
     console = _console()
     return main_compare(
@@ -313,6 +314,7 @@ def cmd_compare(args) -> int:
         err_console=Console(stderr=True, width=100000),
         by_node=args.by_node,
         html_path=args.html,
+        write_page=write_compare_page,
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -280,6 +280,7 @@ def main_compare(
     err_console: Console | None = None,
     by_node: bool = False,
     html_path: str | None = None,
+    write_page: Callable[..., None] | None = None,
 ) -> int:
     """CLI body: 0 when every threshold passes, 1 when one fails, 2 on bad input.
 
@@ -319,9 +320,10 @@ def main_compare(
         console.file.write(text)
         console.file.flush()
     if html_path is not None:
-        from .compare_page import write_compare_page
-
-        write_compare_page(html_path, results, fitted, outcomes, names, base)
+        # The page writer comes from the caller (bench/compare_page.py): the
+        # page renders these tables, so importing it here would be circular.
+        assert write_page is not None, "--html needs the page writer"
+        write_page(html_path, results, fitted, outcomes, names, base)
     if json_path is not None:
         try:
             Path(json_path).write_text(_json.dumps(doc, indent=2) + "\n")

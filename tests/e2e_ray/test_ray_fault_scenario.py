@@ -29,6 +29,10 @@ SCENARIO = {
         "time_scale": 0.5,
         "kv_pull_timeout_s": 0.2,
         "kv_pull_deadline_s": 1.0,
+        # A done or failure report lost to the loss or the outage leaves the
+        # producer holding the prompt until its hold timeout (as vLLM's would):
+        # short here, so the run drains (tests/e2e_ray/test_ray_faults.py too).
+        "kv_hold_timeout_s": 1.5,
     },
     "workload": {"num_requests": 24, "prompt_len": 64, "output_len": 32, "arrival": {"kind": "constant", "rate": 20}},
     "faults": [{"kill": "decode-1", "at": KILL_AT}],

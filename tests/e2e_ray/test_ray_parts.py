@@ -77,7 +77,8 @@ class _Harness:
     def __init__(self, prefill=("prefill-0",), decode=("decode-0",), routing="round_robin"):
         self.sent: list[tuple[str, RequestMessage]] = []
         self.events: list = []
-        spec = make_spec(routing=routing)
+        # The API server off: messages go out in the next loop pass (these tests settle for 10 ms).
+        spec = make_spec(routing=routing, front_end={"preset": "off"})
         self.proxy, self.links = wall_proxy(
             settings_for(spec.proxy_settings(), list(prefill), list(decode)),
             spec.links.proxy.to_spec(),
