@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
-from engine.records import RequestRecord
+from engine.records import RequestRecord, WorkloadRequest
 from node.messages import KVEvent
 
 
@@ -33,6 +33,20 @@ class Submission(NamedTuple):
     ignore_eos: bool | None = None
     min_tokens: int = 0
     stop_token_ids: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, w: WorkloadRequest) -> Submission:
+        """A workload request as the load driver releases it (either runtime, and serving)."""
+        return cls(
+            w.request_id,
+            w.prompt_len,
+            w.output_len,
+            w.priority,
+            w.prompt_segments,
+            w.ignore_eos,
+            w.min_tokens,
+            w.stop_token_ids,
+        )
 
 
 class Arrived(NamedTuple):

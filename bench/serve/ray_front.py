@@ -92,16 +92,7 @@ class RouterDriver(ServeDriver):
         rec = self.records[w.request_id] = RequestRecord(
             w.request_id, self.clock.now(), w.prompt_len, w.output_len, w.priority
         )
-        item = Submission(
-            w.request_id,
-            w.prompt_len,
-            w.output_len,
-            w.priority,
-            w.prompt_segments,
-            w.ignore_eos,
-            w.min_tokens,
-            w.stop_token_ids,
-        )
+        item = Submission.of(w)
         self.server.submit([item])
         return rec
 

@@ -42,20 +42,7 @@ class LoadDriver:
             self.backlog.append(w)
             return
         self.in_flight += 1
-        self.proxy.submit(
-            [
-                Submission(
-                    w.request_id,
-                    w.prompt_len,
-                    w.output_len,
-                    w.priority,
-                    w.prompt_segments,
-                    w.ignore_eos,
-                    w.min_tokens,
-                    w.stop_token_ids,
-                )
-            ]
-        )
+        self.proxy.submit([Submission.of(w)])
 
     def _finished(self) -> None:
         self.in_flight -= 1

@@ -83,7 +83,7 @@ class LoadDriver:
             w = self._backlog.pop(0)
             self.released.add(w.request_id)
             self.in_flight += 1
-            batch.append(Submission(w.request_id, w.prompt_len, w.output_len, w.priority, w.prompt_segments))
+            batch.append(Submission.of(w))
         if batch:
             self.last_event = self.clock.now()  # the stall watchdog counts from here
             self.submit(batch)
