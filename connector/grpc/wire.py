@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import sys
+from typing import Any
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -106,12 +107,8 @@ def tune_malloc_for_bulk_transfer(mmap_threshold: int = 32 * MiB, trim_threshold
     start-up of a process that moves KV blocks (a node, a benchmark).
     Returns False, changing nothing, where the C library is not glibc.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = _glibc_function("mallopt")
+    if mallopt is None:
         return False
     m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's malloc.h
     return bool(mallopt(m_mmap_threshold, mmap_threshold)) and bool(mallopt(m_trim_threshold, trim_threshold))
@@ -128,14 +125,18 @@ def release_freed_memory() -> bool:
     last stream ends, so memory follows the streams. Returns False where the
     C library is not glibc.
     """
+    trim = _glibc_function("malloc_trim")
+    return trim is not None and bool(trim(0))
+
+
+def _glibc_function(name: str) -> Any:
+    """glibc's `name` through ctypes, or None where the C library is not glibc."""
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
     except (OSError, AttributeError):
-        return False
-    return bool(trim(0))
+        return None
 
 
 def validate_chunk_bytes(max_chunk_bytes: int) -> int:
