@@ -1,7 +1,7 @@
 """`disagg-sim calibrate`: fit a cost model to measured step times and write
 a preset file a scenario names (`cluster.cost_model: my-preset.json`).
 
-Two kinds of measurement:
+Two kinds of measurement in their own format:
 - **per-step timings** — JSONL, one step per line, with the step's shape
   and its time: the simulator's own `*.steps.jsonl` (`num_prefill_tokens`,
   `num_decode_tokens`, `batch_size`, `context_tokens`,
@@ -14,6 +14,10 @@ Two kinds of measurement:
   `max_concurrency` sequences at the mean context). This is an
   approximation — TTFT also holds queueing and HTTP time, and a batch is
   not always full — stated in docs/cost-model.md.
+
+Two more readers turn what a vLLM server writes into such points: its log's
+stats lines (bench/vllm_log_stats.py, `--format vllm-log`) and its torch
+profiler trace (bench/vllm_profiler_trace.py, `--format torch-trace`).
 
 Two kinds of model: `linear` (least squares on the four coefficients of
 engine/cost_model.py) and `roofline` (the host overhead and the three
@@ -225,9 +229,11 @@ def calibrate(
     name: str | None = None,
     front_end_out: Path | None = None,
 ) -> dict:
+    from .vllm_profiler_trace import load_torch_trace, looks_like_trace
+
     if fmt == "auto":
         by_suffix = {".jsonl": "steps", ".ndjson": "steps", ".log": "vllm-log", ".txt": "vllm-log"}
-        fmt = by_suffix.get(source.suffix, "bench")
+        fmt = by_suffix.get(source.suffix) or ("torch-trace" if looks_like_trace(source) else "bench")
     front_end = None
     if front_end_out is not None:
         if fmt != "bench" or kind != "roofline" or preset is None:
@@ -238,10 +244,13 @@ def calibrate(
             raise InputError(f"--preset: {err}") from None
         front_end = fit_front_end(load_bench_json(source), base_model)
         front_end_out.write_text(json.dumps({"preset": "off", **front_end}, indent=2) + "\n")
+    input_warnings: list[str] = []
     if fmt == "vllm-log":
         from .vllm_log_stats import load_vllm_log
 
         points = load_vllm_log(source)
+    elif fmt == "torch-trace":
+        points, input_warnings = load_torch_trace(source)
     elif fmt == "steps":
         points = load_step_timings(source, node)
     elif front_end is None:
@@ -271,7 +280,7 @@ def calibrate(
     errs = np.abs(_rel_errors(model, points)) * 100
     out.write_text(json.dumps(doc, indent=2) + "\n")
     return {
-        "warnings": fit_warnings(model, points),
+        "warnings": input_warnings + fit_warnings(model, points),
         "points": len(points),
         "median_abs_error_pct": round(float(np.median(errs)), 3),
         "max_abs_error_pct": round(float(np.max(errs)), 3),
@@ -285,9 +294,15 @@ def calibrate(
 def add_calibrate_parser(sub) -> None:
     c = sub.add_parser(
         "calibrate",
-        help="fit a cost model to measured step times (per-step JSONL or a vllm bench serve JSON); write a preset file",
+        help="fit a cost model to measured step times (per-step JSONL, a vllm bench serve JSON, a vLLM log or "
+        "profiler trace); write a preset file",
     )
-    c.add_argument("source", type=Path, help="a *.steps.jsonl (per-step timings) or a vllm bench serve results JSON")
+    c.add_argument(
+        "source",
+        type=Path,
+        help="a *.steps.jsonl (per-step timings), a vllm bench serve results JSON, a vLLM server log or a vLLM "
+        "torch profiler trace",
+    )
     c.add_argument("--kind", choices=["linear", "roofline"], default="linear", help="the cost model to fit")
     c.add_argument(
         "--preset", help="with --kind roofline: the preset whose model and GPU to fit (e.g. llama-3.1-8b-h100)"
@@ -295,10 +310,11 @@ def add_calibrate_parser(sub) -> None:
     c.add_argument(
         "--format",
         dest="fmt",
-        choices=["auto", "steps", "bench", "vllm-log"],
+        choices=["auto", "steps", "bench", "vllm-log", "torch-trace"],
         default="auto",
         help="steps: per-step JSONL; bench: vllm bench serve --save-detailed JSON; vllm-log: a vLLM server log "
-        "(its stats lines; docs/cost-model.md). auto: by suffix (.jsonl steps, .log/.txt vllm-log, else bench)",
+        "(its stats lines); torch-trace: a vLLM torch profiler trace (VLLM_TORCH_PROFILER_DIR; docs/cost-model.md). "
+        "auto: by suffix (.jsonl steps, .log/.txt vllm-log, .pt.trace.json[.gz] torch-trace, else bench)",
     )
     c.add_argument("--node", help="per-step timings: only this node's steps (e.g. decode-0)")
     c.add_argument(
@@ -319,7 +335,10 @@ def cmd_calibrate(args) -> int:
             f"--out {args.out}: allowed: a path ending in .json (a scenario names it as cluster.cost_model)"
         )
     if not args.source.exists():
-        raise InputError(f"{args.source}: no such file; allowed: a *.steps.jsonl or a vllm bench serve results JSON")
+        raise InputError(
+            f"{args.source}: no such file; allowed: a *.steps.jsonl, a vllm bench serve results JSON, a vLLM "
+            "server log or a torch profiler trace"
+        )
     report = calibrate(
         args.source, args.kind, args.out, args.fmt, args.preset, args.node, front_end_out=args.front_end_out
     )
