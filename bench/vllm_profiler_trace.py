@@ -112,7 +112,7 @@ def _shape(name: str) -> tuple[StepShape, bool] | None:
 def load_torch_trace(path: Path) -> tuple[list[Point], list[str]]:
     """(points, warnings): a point per annotated step with tokens and a duration > 0."""
     events = _read_trace(Path(path))["traceEvents"]
-    steps: dict[str, list[tuple[str, float]]] = {c: [] for c in _CATEGORIES}
+    steps: dict[str, list[tuple[str, object]]] = {c: [] for c in _CATEGORIES}
     for event in events:
         if not isinstance(event, dict) or event.get("ph") != "X" or event.get("cat") not in steps:
             continue
