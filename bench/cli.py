@@ -1,7 +1,7 @@
 """`disagg-sim`: run scenarios, compare results (the entry point; each
 command is a module of `bench/commands/`).
 
-disagg-sim run [SCENARIO | RESULT.json] [--runtime inproc|ray] [--set k=v ...] [--only VARIANT ...]
+disagg-sim run [SCENARIO | RESULT.json (that run alone)] [--runtime inproc|ray] [--set k=v ...] [--only VARIANT ...]
                [--address ADDR] [--net-delay MS] [--jitter MS] [--bandwidth MBPS] [--loss P]
                [--repeats N] [--jobs N] [--out DIR] [--overwrite] [--pace X] [--metrics-port PORT] [--log-stats [S]]
 disagg-sim compare [LABEL=]RESULTS ... [--threshold EXPR ...] [--baseline VARIANT] [--metric M ...] [--json PATH]

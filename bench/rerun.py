@@ -1,11 +1,13 @@
-"""Re-run a scenario from one of its results JSON files.
+"""Re-run a result from its results JSON file.
 
 A result carries `scenario_config`: the scenario document as it ran (after
 `--set`), where it came from, the overrides and the runtime. That is enough
-to rebuild the very same `Scenario` — same variants, seeds and settings — so
-`disagg-sim run results/x/s__fixed__r0.json` repeats the run; on the
-in-process runtime the new results equal the old ones bit for bit (outside
-`provenance` and wall-clock timings).
+to rebuild the very same `Scenario` — same variants, seeds and settings —
+and the result names its variant and repeat (the repeat picks the seed), so
+`disagg-sim run results/x/s__fixed__r0.json` repeats that one run; on the
+in-process runtime the new result equals the old one bit for bit (outside
+`provenance` and wall-clock timings). `--only` or `--repeats` run the
+rebuilt scenario's variants and repeats instead.
 """
 
 from __future__ import annotations
@@ -49,3 +51,19 @@ def scenario_from_result(target: str) -> Scenario:
                 f"(sha256 {have} != {want}); allowed: the same trace file"
             )
     return scenario
+
+
+def run_of_result(target: str, scenario: Scenario) -> tuple[str, int]:
+    """(variant, repeat) of the run a result file records, checked against its scenario."""
+    data = load_result(target)
+    variant, repeat = data.get("variant"), data.get("repeat")
+    if variant not in scenario.variant_names:
+        raise InputError(
+            f"{target}: variant {variant!r} is not one of its scenario's; allowed: {', '.join(scenario.variant_names)}"
+        )
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or not 0 <= repeat < scenario.file.repeats:
+        raise InputError(
+            f"{target}: repeat {repeat!r} is not one of its scenario's {scenario.file.repeats}; "
+            f"allowed: 0 to {scenario.file.repeats - 1}"
+        )
+    return variant, repeat

@@ -93,6 +93,7 @@ def run_scenario(
     jobs: int = 1,
     breakdown: bool = False,
     by_node: bool = False,
+    repeat_indices: list[int] | None = None,
 ) -> ScenarioOutcome:
     """Every variant x repeat (`only`: a subset of the variants), each result
     written as it lands, then the table, thresholds, plots and report.html.
@@ -102,7 +103,9 @@ def run_scenario(
     worker processes at once (bench/parallel_runs.py), with the same results
     (they are started with `spawn`: a script that calls this with `jobs` > 1
     needs the `if __name__ == "__main__":` guard multiprocessing asks for).
-    `by_node`: the table gets a column per node after each variant."""
+    `by_node`: the table gets a column per node after each variant.
+    `repeat_indices`: only these repeats (each its own seed), e.g. the one a
+    result file records (`disagg-sim run RESULT.json`)."""
     console = console or Console()
     runtime = runtime or scenario.file.runtime
     outcome = ScenarioOutcome()
@@ -110,7 +113,8 @@ def run_scenario(
         outcome.out_dir = Path(out_dir)
     report = scenario.file.report
     variants = list(only) if only else scenario.variant_names
-    total = len(variants) * scenario.file.repeats
+    repeats = list(repeat_indices) if repeat_indices is not None else list(range(scenario.file.repeats))
+    total = len(variants) * len(repeats)
     if pace is not None and runtime != "inproc":
         raise InputError(
             f"--pace {pace:g}: only in-process runs have a virtual clock to pace; allowed with --runtime inproc"
@@ -129,7 +133,7 @@ def run_scenario(
         handle = ray_ctx.__enter__() if ray_ctx is not None else ray_handle
         clock_label = "simulated" if runtime == "inproc" else "wall"
         with RunProgress(console, f"{scenario.name} on {runtime}", total, clock_label) as progress:
-            keys = [(variant, repeat) for variant in variants for repeat in range(scenario.file.repeats)]
+            keys = [(variant, repeat) for variant in variants for repeat in repeats]
             sweep = Sweep(scenario, runtime, handle, debug_invariants, observer, pace, provenance, outcome.out_dir)
             sweep.within = progress.within
             with worker_pool(jobs) as pool:  # None: the runs go here, one after another

@@ -19,7 +19,8 @@ def add_parser(sub) -> None:
         "scenario",
         nargs="?",
         default=DEFAULT_SCENARIO,
-        help="a scenario file, a built-in name, or a results JSON (re-runs its scenario exactly)",
+        help="a scenario file, a built-in name, or a results JSON (re-runs that run exactly: its variant and repeat; "
+        "with --only or --repeats, its scenario's variants and repeats)",
     )
     r.add_argument("--runtime", choices=["inproc", "ray"], help="override the scenario's runtime")
     r.add_argument(
@@ -89,7 +90,16 @@ def cmd_run(args) -> int:
     from ..sweep import check_jobs
 
     out_console = console()
-    scenario = load_for_run(args.scenario)
+    scenario, result_run = load_for_run(args.scenario)
+    only, repeat_indices = args.only, None
+    if result_run is not None and not only and args.repeats is None:
+        only, repeat_indices = [result_run[0]], [result_run[1]]
+        out_console.print(
+            f"re-running {result_run[0]} r{result_run[1]} from {args.scenario} (--only or --repeats: its scenario's "
+            "runs)",
+            markup=False,
+            highlight=False,
+        )
     overrides = parse_set(args.set or [])
     origins = {k: f"--set {k}" for k in overrides}
     links, link_origins = link_overrides(args)
@@ -100,7 +110,7 @@ def cmd_run(args) -> int:
         origins["repeats"] = f"--repeats {args.repeats}"
     if overrides:
         scenario = scenario.with_overrides(overrides, origins)
-    for name in args.only or []:
+    for name in only or []:
         if name not in scenario.variant_names:
             from ..errors import did_you_mean
 
@@ -116,9 +126,10 @@ def cmd_run(args) -> int:
     check_jobs(args.jobs, runtime, args.metrics_port, args.log_stats, args.pace)
     out = prepare_out_dir(args.out, scenario.name, args.overwrite)
     RUN_DIR["out"] = out  # a crash after this point leaves its traceback beside the results
-    variants = args.only or scenario.variant_names
+    variants = only or scenario.variant_names
     out_console.print(
-        f"[bold]{scenario.name}[/]: {len(variants)} variant(s) × {scenario.file.repeats} repeat(s) "
+        f"[bold]{scenario.name}[/]: {len(variants)} variant(s) × "
+        f"{len(repeat_indices) if repeat_indices else scenario.file.repeats} repeat(s) "
         f"on {runtime}"
         + (f" ({args.address})" if args.address else "")
         + (f", {args.jobs} at once" if args.jobs > 1 else ""),
@@ -153,11 +164,12 @@ def cmd_run(args) -> int:
         log_interval=args.log_stats,
         hold_metrics=args.hold_metrics,
         provenance=provenance.collect(),
-        only=args.only,
+        only=only,
         pace=args.pace,
         jobs=args.jobs,
         breakdown=args.breakdown,
         by_node=args.by_node,
+        repeat_indices=repeat_indices,
     )
     clock = outcome.results[0]["clock"] if outcome.results else "?"
     described = {

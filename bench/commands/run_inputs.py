@@ -51,13 +51,15 @@ def link_overrides(args) -> tuple[dict, dict]:
 
 
 def load_for_run(target: str):
-    """A scenario file or name, or a results JSON (re-run its scenario exactly)."""
-    from ..rerun import is_result_file, scenario_from_result
+    """(scenario, the (variant, repeat) to re-run or None): a scenario file or
+    name, or a results JSON (its scenario exactly, and which run it records)."""
+    from ..rerun import is_result_file, run_of_result, scenario_from_result
     from ..scenario import load_scenario
 
     if is_result_file(target):
-        return scenario_from_result(target)
-    return load_scenario(target)
+        scenario = scenario_from_result(target)
+        return scenario, run_of_result(target, scenario)
+    return load_scenario(target), None
 
 
 def prepare_out_dir(out: str | None, scenario_name: str, overwrite: bool) -> Path:

@@ -61,15 +61,32 @@ def test_a_result_alone_reruns_its_scenario_exactly(tmp_path, capsys):
     assert config["resolved_cluster"]["decode"]["engine"]["preemption_guard"] == "prefix"
     assert config["resolved_cluster"]["links"]["kv"]["jitter_ms"] == 0.3
     assert first["seed"] == 8 and first["repeat"] == 1
-    # The scenario file is gone: the result alone is enough.
+    # The scenario file is gone: the result alone is enough. It re-runs that run
+    # alone (its variant, its repeat and so its seed); --only re-runs its scenario's.
     path.unlink()
-    again = tmp_path / "again"
+    capsys.readouterr()
+    again, whole = tmp_path / "again", tmp_path / "whole"
     assert main(["run", str(out / "tiny__prefix__r1.json"), "--out", str(again)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"re-running prefix r1 from {out / 'tiny__prefix__r1.json'} (--only or --repeats: ")
+    assert "tiny: 1 variant(s) × 1 repeat(s) on inproc" in printed
+    assert sorted(p.name for p in again.glob("*__r*")) == ["tiny__prefix__r1.json", "tiny__prefix__r1.steps.jsonl"]
+    only = ["--only", "prefix", "--only", "fixed"]
+    assert main(["run", str(out / "tiny__prefix__r1.json"), *only, "--out", str(whole)]) == 0
+    assert len(list(whole.glob("*__r*.json"))) == 4
     for f in sorted(out.glob("*__r*.json")):
-        a = json.loads(f.read_text())
-        b = json.loads((again / f.name).read_text())
-        assert {k: v for k, v in a.items() if k not in VOLATILE} == {k: v for k, v in b.items() if k not in VOLATILE}
-        assert (out / a["step_trace"]).read_text() == (again / b["step_trace"]).read_text()
+        for rerun in (again, whole) if f.name == "tiny__prefix__r1.json" else (whole,):
+            a = json.loads(f.read_text())
+            b = json.loads((rerun / f.name).read_text())
+            assert {k: v for k, v in a.items() if k not in VOLATILE} == {
+                k: v for k, v in b.items() if k not in VOLATILE
+            }
+            assert (out / a["step_trace"]).read_text() == (rerun / b["step_trace"]).read_text()
+    edited = tmp_path / "edited__prefix__r1.json"
+    edited.write_text(json.dumps({**first, "repeat": 5}))
+    assert main(["run", str(edited), "--out", str(tmp_path / "never")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {edited}: repeat 5 is not one of its scenario's 2; allowed: 0 to 1\n"
 
 
 def test_fresh_directory_per_run_and_report(tmp_path, monkeypatch, capsys):
