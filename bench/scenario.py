@@ -39,7 +39,7 @@ from .input_files import read_regular_text
 from .per_node import split_variant
 from .scenario_file import MAX_SCENARIO_BYTES, ScenarioError, ScenarioFile, Variant
 from .thresholds import Ref, ThresholdError, parse_threshold
-from .traces import TraceError, load_trace
+from .traces import TraceError, load_trace, require_trace_file
 from .workloads import generate_workload
 from .workloads.spec import WorkloadSpec
 from .yaml_source import find_control_characters, line_of, load_yaml_with_lines
@@ -338,7 +338,8 @@ class Scenario:
         assert t is not None  # one of workload / trace, checked at load
         if self._trace_cache is None:
             try:
-                self._trace_cache = load_trace(self.trace_path(), t.format, t.time_scale, t.max_requests)
+                path = require_trace_file(t.path, self.source)
+                self._trace_cache = load_trace(path, t.format, t.time_scale, t.max_requests)
             except TraceError as exc:
                 raise self._fail(("trace", "path"), f"trace: {exc}") from None
         return list(self._trace_cache), t.max_concurrency

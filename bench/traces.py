@@ -50,6 +50,25 @@ class TraceError(InputError):
     pass
 
 
+def require_trace_file(given: str, scenario_source: str | Path) -> Path:
+    """The trace a scenario names (`trace.path`, relative to the scenario
+    file's directory unless absolute), or a TraceError that shows where it
+    was looked for: the absolute path, and what a relative one was taken
+    relative to (a scenario run from elsewhere, or `--set trace.path=...`,
+    otherwise reads as if the file were simply missing)."""
+    path = Path(given)
+    if path.is_absolute():
+        where, how = path, "an absolute path"
+    else:
+        base = Path(scenario_source).parent.resolve()
+        where, how = base / path, f"trace.path is relative to the scenario file's directory, {base}"
+    if not where.exists() and not where.is_symlink():
+        raise TraceError(
+            f"{given}: trace file not found at {where} ({how}); allowed: an existing .jsonl or .csv trace file"
+        )
+    return where
+
+
 def load_trace(
     path: str | Path,
     format: Literal["mooncake", "csv", "auto"] = "auto",

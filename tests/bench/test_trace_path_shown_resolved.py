@@ -1,0 +1,69 @@
+"""A scenario's missing trace is shown where it was looked for: the absolute
+path, and what a relative `trace.path` is relative to (the scenario file's
+directory, not the working directory) — from the CLI, run elsewhere."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+import sys
+
+import yaml
+
+from tests.bench.cli_helpers import ROOT
+from tests.bench.test_bad_input import BASE
+
+
+def _cli(cwd, *args):
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "bench.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=300)  # fmt: skip
+
+
+def _trace_scenario(path, trace_path):
+    doc = copy.deepcopy(BASE)
+    doc.pop("workload")
+    doc["trace"] = {"path": trace_path}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_a_relative_trace_path_names_the_scenario_directory(tmp_path):
+    _trace_scenario(tmp_path / "exp" / "s.yaml", "traces/day1.jsonl")
+    (tmp_path / "traces").mkdir()  # beside the working directory, where a user may think it is looked for
+    shutil.copy(ROOT / "tests" / "data" / "mooncake_small.jsonl", tmp_path / "traces" / "day1.jsonl")
+    for command in (["validate"], ["run", "--out", "out"]):
+        done = _cli(tmp_path, command[0], "exp/s.yaml", *command[1:])
+        assert (done.returncode, done.stdout) == (2, ""), done.stderr
+        assert done.stderr == (
+            f"error: exp/s.yaml:24: trace: traces/day1.jsonl: trace file not found at "
+            f"{tmp_path / 'exp' / 'traces' / 'day1.jsonl'} (trace.path is relative to the scenario file's "
+            f"directory, {tmp_path / 'exp'}); allowed: an existing .jsonl or .csv trace file\n"
+        )
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_an_absolute_trace_path_says_so_also_when_a_result_is_rerun(tmp_path):
+    missing = tmp_path / "gone.jsonl"
+    _trace_scenario(tmp_path / "s.yaml", str(missing))
+    done = _cli(tmp_path, "validate", "s.yaml")
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"error: s.yaml:24: trace: {missing}: trace file not found at {missing} (an absolute path); "
+        "allowed: an existing .jsonl or .csv trace file\n"
+    )
+    # A result that replayed a trace since moved away.
+    missing.write_text("".join(f'{{"timestamp": {i}, "input_length": 32, "output_length": 4}}\n' for i in range(3)))
+    assert _cli(tmp_path, "run", "s.yaml", "--only", "a", "--out", "out").returncode == 0
+    result = tmp_path / "out" / "tiny__a__r0.json"
+    assert json.loads(result.read_text())["scenario_config"]["trace_sha256"]
+    missing.unlink()
+    done = _cli(tmp_path, "run", str(result), "--out", "again")
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"error: {tmp_path / 's.yaml'}: trace: {missing}: trace file not found at {missing} (an absolute path); "
+        "allowed: an existing .jsonl or .csv trace file\n"
+    )
