@@ -1,4 +1,5 @@
-"""Progress of `disagg-sim run`, per run and within a run.
+"""Progress of `disagg-sim run`, per run and within a run (and of
+`validate-cost`, per point and within a point: `ItemProgress`).
 
 A terminal gets rich's live bar (runs done, and within the current run the
 requests finished and the run's clock). Anything else — a log file, CI, a
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Self
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -33,8 +34,11 @@ class RunProgress:
     """`with RunProgress(...) as p:` around a scenario's runs; `starting`,
     `within` and `finished` report them."""
 
-    def __init__(self, console: Console, title: str, total_runs: int, clock_label: str = "simulated") -> None:
+    def __init__(
+        self, console: Console, title: str, total_runs: int, clock_label: str = "simulated", unit: str = "runs"
+    ) -> None:
         self.console = console
+        self.unit = unit
         self.title = title
         self.total = total_runs
         self.clock_label = clock_label
@@ -46,12 +50,12 @@ class RunProgress:
         self.interval = plain_interval()
         self._task: Any = None
 
-    def __enter__(self) -> RunProgress:
+    def __enter__(self) -> Self:
         if self.live:
             self._bar = Progress(
                 TextColumn("[bold]{task.description}"),
                 BarColumn(),
-                TextColumn("{task.completed}/{task.total} runs"),
+                TextColumn("{task.completed}/{task.total} " + self.unit),
                 TimeElapsedColumn(),
                 console=self.console,
                 transient=False,
@@ -98,6 +102,34 @@ class RunProgress:
             f"run {self.done}/{self.total}: {self._current} done in {wall:.1f} s: "
             f"{result.get('completed', '?')} completed, {result.get('failed', '?')} failed"
         )
+
+
+class ItemProgress(RunProgress):
+    """Progress over named items that are not runs of a scenario (`validate-cost`'s
+    points): `start(name)`, `within(...)` while it runs, `finish(summary)`; plain
+    lines "point 3/24: NAME ..." and "point 3/24: NAME done in 2.1 s: SUMMARY"
+    when stdout is not a terminal, else the bar with each summary printed above it."""
+
+    def __init__(self, console: Console, title: str, total: int, noun: str) -> None:
+        super().__init__(console, title, total, unit=f"{noun}s")
+        self.noun = noun
+
+    def start(self, name: str) -> None:
+        self._current = name
+        self._t0 = self._last_line = time.monotonic()
+        if self._bar is not None:
+            self._bar.update(self._task, description=f"{self.title}: {name}")
+        else:
+            self._plain(f"{self.noun} {self.done + 1}/{self.total}: {name} ...")
+
+    def finish(self, summary: str) -> None:
+        self.done += 1
+        wall = time.monotonic() - self._t0
+        if self._bar is not None:
+            self._bar.advance(self._task)
+            self._plain(f"{self._current}: {summary}")
+        else:
+            self._plain(f"{self.noun} {self.done}/{self.total}: {self._current} done in {wall:.1f} s: {summary}")
 
 
 class FinishWatch:

@@ -8,7 +8,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from bench.commands.parsing import console
 from bench.errors import InputError, did_you_mean
+from bench.progress import ItemProgress
 
 from .dataset import DATASET, INDEPENDENT, Point, load_all
 from .fit import FITTED, Fitted, Runs, fit, load_fitted, save_fitted
@@ -44,18 +46,31 @@ def fit_all(points: list[Point], runs: Runs, log=print) -> tuple[Fitted, dict[st
 
 
 def predict(
-    points: list[Point], in_sample: Fitted, held_out: dict[str, Fitted], runs: Runs, log=print
+    points: list[Point],
+    in_sample: Fitted,
+    held_out: dict[str, Fitted],
+    runs: Runs,
+    log=print,
+    progress: ItemProgress | None = None,
 ) -> dict[str, dict]:
+    """Each point's predictions; its held-out errors logged, or reported to
+    `progress` (a line per point as it starts and ends, and within it)."""
     out: dict[str, dict] = {}
     for p in points:
         if p.lab not in held_out:
             raise InputError(f"{p.id}: no leave-one-source-out fit for source {p.lab!r}; allowed: run with --fit")
+        if progress is not None:
+            progress.start(p.id)
         out[p.id] = {
             "in_sample": asdict(runs.predict(p, in_sample)),
             "held_out": asdict(runs.predict(p, held_out[p.lab])),
         }
         e = point_errors(p, out[p.id]["held_out"])
-        log(f"{p.id}: " + "  ".join(f"{label} {e[key]:+.0f}%" for key, label in METRICS if key in e))
+        errors = "  ".join(f"{label} {e[key]:+.0f}%" for key, label in METRICS if key in e)
+        if progress is not None:
+            progress.finish(f"held-out error {errors}")
+        else:
+            log(f"{p.id}: {errors}")
     return out
 
 
@@ -136,7 +151,10 @@ def cmd_validate_cost(args) -> int:
             raise InputError(f"--render-only: no stored predictions for {missing}; allowed: run without --render-only")
         results = {p.id: kept[p.id] for p in points}
     else:
-        results = predict(points, in_sample, held_out, runs, log)
+        with ItemProgress(console(), "validate-cost", len(points), "point") as progress:
+            runs.within = progress.within
+            results = predict(points, in_sample, held_out, runs, log, progress)
+        runs.within = None
     doc = render(points, [] if args.only else skipped, in_sample, held_out, results)
     out = args.out if args.out is not None else (None if args.only else DOC)
     # --render-only reads the predictions; it has nothing new to store.

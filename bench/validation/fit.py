@@ -123,11 +123,13 @@ class Runs:
         self._runs: dict[tuple[str, RooflineParams], EngineRun] = {}
         self._predictions: dict[tuple[str, RooflineParams, FrontEndParams], Predicted] = {}
         self.log = log
+        # `within(finished, total, clock_s)`: told how each engine run goes (validate-cost's progress).
+        self.within: Callable[[int, int, float], None] | None = None
 
     def run(self, point: Point, params: RooflineParams) -> EngineRun:
         key = (point.id, params)
         if key not in self._runs:
-            self._runs[key] = run_engines(point, params)
+            self._runs[key] = run_engines(point, params, within=self.within)
         return self._runs[key]
 
     def predict(self, point: Point, fitted: Fitted) -> Predicted:

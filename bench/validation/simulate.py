@@ -220,14 +220,15 @@ class EngineRun:
     num_preemptions: int
 
 
-def run_engines(point: Point, params: RooflineParams, seed: int = 0) -> EngineRun:
-    """Run `point`'s engines once in-process (virtual clock), the front end off."""
+def run_engines(point: Point, params: RooflineParams, seed: int = 0, within=None) -> EngineRun:
+    """Run `point`'s engines once in-process (virtual clock), the front end off
+    (`within`: progress as requests finish, as `run_one` takes it)."""
     scenario = Scenario(scenario_for(point, params, seed), source=f"bench/validation#{point.id}")
     # Imported here: the runner pulls in the plots (matplotlib), which every
     # `disagg-sim` command would otherwise load to build its parser.
     from bench.sweep import run_one
 
-    run = run_one(scenario, "published", 0, "inproc")
+    run = run_one(scenario, "published", 0, "inproc", within=within)
     workload, max_concurrency = scenario.workload("published", seed)
     emissions = {e.request_id: e for e in (emissions_of(r) for r in run.requests) if e is not None}
     blocks, floor = kv_pool(point, params)
