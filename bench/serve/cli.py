@@ -7,6 +7,7 @@ import ipaddress
 import sys
 
 from ..errors import InputError
+from .activity import ServeActivity, say_starting
 
 LOOPBACK = "127.0.0.1"
 
@@ -105,15 +106,31 @@ def serve_command(args) -> int:
     where = f"{scenario.name}/{variant}"
     if runtime == "ray":
         return _serve_on_ray(args, spec, seed, where)
+    say_starting(f"{where} in-process (its nodes, the tokenizer, the front door)")
     app = build_app(spec, args.model_name, seed=seed, time_scale=args.time_scale, max_pending=args.max_pending)
+    activity = ServeActivity()
 
     def ready(port: int) -> None:
         _say_ready(args, where, "in-process", port)
 
+    async def serve_and_report() -> None:
+        async def report() -> None:
+            while True:
+                await asyncio.sleep(activity.interval)
+                activity.report(await app.driver.query("counts"))
+
+        reporter = asyncio.create_task(report())
+        try:
+            await serve_forever(app, args.host, args.port, ready)
+        finally:
+            reporter.cancel()
+
     try:
-        asyncio.run(serve_forever(app, args.host, args.port, ready))
+        asyncio.run(serve_and_report())
     except OSError as exc:
         raise InputError(f"--port {args.port}: cannot listen on {args.host}:{args.port} ({exc.strerror})") from None
+    finally:
+        activity.close()
     return 0
 
 
@@ -133,7 +150,12 @@ def _serve_on_ray(args, spec, seed: int, where: str) -> int:
 
     from .ray_server import RayServer
 
+    say_starting(
+        f"{where} on Ray: "
+        + (f"attaching to the cluster at {args.address}" if args.address else "a local Ray cluster on 127.0.0.1")
+    )
     with RayClusterHandle(address=args.address) as handle:
+        say_starting(f"{where} on Ray: the node actors and the proxy actor with the front door")
         try:
             server = RayServer(
                 spec,
@@ -147,9 +169,16 @@ def _serve_on_ray(args, spec, seed: int, where: str) -> int:
             )
         except OSError as exc:  # raised in the proxy actor, where the front door binds
             raise InputError(f"--port {args.port}: cannot listen on {args.host}:{args.port} ({exc})") from None
+        activity = ServeActivity()
         try:
             _say_ready(args, where, "Ray, " + handle.describe(), server.port)
             while True:
-                time.sleep(3600)
+                time.sleep(activity.interval)
+                try:
+                    counts = server.query("counts")
+                except Exception:  # only the status line is lost; the front door keeps serving
+                    continue
+                activity.report(counts)
         finally:
+            activity.close()
             server.close()
