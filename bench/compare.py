@@ -294,7 +294,11 @@ def main_compare(
 
     console = console or Console()
     try:
-        results, baseline_of, _ = load_labelled(paths)
+        results, baseline_of, labels = load_labelled(paths)
+        if baseline is None:
+            from .compare_baseline import default_baseline
+
+            baseline = default_baseline(results, labels)
         base, names, table = summarize(results, baseline, metrics, baseline_of, by_node)
         outcomes = evaluate_thresholds(results, thresholds)
     except InputError as exc:

@@ -27,7 +27,12 @@ def add_parser(sub) -> None:
         metavar="EXPR",
         help="e.g. 'num_preemptions[prefix] / num_preemptions[fixed] >= 5' (repeatable; docs/metrics.md)",
     )
-    c.add_argument("--baseline", metavar="VARIANT", help="the variant ratios are taken against (default: the first)")
+    c.add_argument(
+        "--baseline",
+        metavar="VARIANT",
+        help="the variant ratios are taken against (default: the scenario's report.baseline, else its first variant; "
+        "of the first set, with LABEL=PATH sets)",
+    )
     c.add_argument("--metric", action="append", metavar="M", help="show only this metric (repeatable)")
     c.add_argument(
         "--format",
