@@ -22,7 +22,8 @@ and, when CUDA activity is recorded, on the GPU stream
 (`"cat": "gpu_user_annotation"`: the device time of the kernels the step
 launched). The GPU span is taken when the trace has one (it is what the
 roofline's efficiencies model; the CPU span of an asynchronous launch ends
-before the GPU work does), else the CPU span. Either way the scheduler,
+before the GPU work does), else the CPU span; steps whose GPU span is
+missing from such a trace are left out, with a warning. Either way the scheduler,
 sampling and output processing between steps are outside it, so a fitted
 host overhead is lower than what a server's ITL holds (`vllm-log` and
 `bench` inputs include that time).
@@ -112,13 +113,15 @@ def _shape(name: str) -> tuple[StepShape, bool] | None:
 def load_torch_trace(path: Path) -> tuple[list[Point], list[str]]:
     """(points, warnings): a point per annotated step with tokens and a duration > 0."""
     events = _read_trace(Path(path))["traceEvents"]
-    steps: dict[str, list[tuple[str, object]]] = {c: [] for c in _CATEGORIES}
+    # category -> [(shape, whether the annotation held sequence lengths, dur)]
+    steps: dict[str, list[tuple[StepShape, bool, object]]] = {c: [] for c in _CATEGORIES}
     for event in events:
         if not isinstance(event, dict) or event.get("ph") != "X" or event.get("cat") not in steps:
             continue
         name = event.get("name")
-        if isinstance(name, str) and name.startswith("execute_"):
-            steps[event["cat"]].append((name, event.get("dur")))
+        parsed = _shape(name) if isinstance(name, str) else None
+        if parsed is not None:  # other annotations (a capture, a user's own) are not steps
+            steps[event["cat"]].append((*parsed, event.get("dur")))
     category = next((c for c in _CATEGORIES if steps[c]), None)
     if category is None:
         raise InputError(
@@ -127,19 +130,19 @@ def load_torch_trace(path: Path) -> tuple[list[Point], list[str]]:
         )
     points: list[Point] = []
     without_lengths = 0
-    for name, dur in steps[category]:
-        parsed = _shape(name)
-        if parsed is None:
-            raise InputError(
-                f"{path}: step annotation {name!r} is not one vLLM writes; allowed: "
-                "execute_context_N(T)_generation_M(G) or its detailed form"
-            )
+    for shape, has_lengths, dur in steps[category]:
         if isinstance(dur, bool) or not isinstance(dur, (int, float)) or dur < 0:
-            raise InputError(f"{path}: step {name!r} has dur={dur!r}; allowed: microseconds >= 0")
-        shape, has_lengths = parsed
+            raise InputError(f"{path}: a step annotation has dur={dur!r}; allowed: microseconds >= 0")
         if shape.total_tokens and dur > 0:
             points.append((shape, dur / 1e6))
             without_lengths += not has_lengths
     if not points:
         raise InputError(f"{path}: no annotated step with tokens and a duration > 0")
-    return points, [NO_LENGTHS_WARNING] if without_lengths else []
+    warnings = [NO_LENGTHS_WARNING] if without_lengths else []
+    on_cpu_only = len(steps["user_annotation"]) - len(steps["gpu_user_annotation"])
+    if category == "gpu_user_annotation" and on_cpu_only > 0:
+        warnings.append(
+            f"{on_cpu_only} of {len(steps['user_annotation'])} annotated steps have no GPU span in the trace; "
+            "fitted on the GPU spans only (CPU spans of the others would not be comparable)"
+        )
+    return points, warnings

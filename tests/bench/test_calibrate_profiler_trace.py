@@ -105,3 +105,20 @@ def test_the_per_step_sample_fits_the_model_it_was_run_with(tmp_path):
     fitted = json.loads(out.read_text())
     truth = {"base_ms": 5.0, "prefill_ms_per_token": 0.08, "decode_ms_per_token": 0.3, "context_ms_per_ktoken": 0.05}
     assert {k: round(fitted[k], 9) for k in truth} == truth
+
+
+def test_steps_without_a_gpu_span_are_left_out_and_said_so(tmp_path):
+    doc = json.loads(SAMPLE.read_text())
+    gpu = [i for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == "gpu_user_annotation"]
+    del doc["traceEvents"][gpu[1]]  # the first step with tokens
+    doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "execute_model", "ts": 1.0, "dur": 9.0})
+    trace = tmp_path / "partial.pt.trace.json"
+    trace.write_text(json.dumps(doc))
+    points, warnings = load_torch_trace(trace)
+    assert len(points) == 11 and points[0][0].prefill_tokens == 812  # the 2048-token prefill is gone
+    assert warnings == [
+        "1 of 13 annotated steps have no GPU span in the trace; fitted on the GPU spans only "
+        "(CPU spans of the others would not be comparable)"
+    ]
+    done = cli("calibrate", str(trace), "--out", str(tmp_path / "fit.json"))
+    assert done.returncode == 0 and done.stderr.splitlines()[0] == f"warning: {warnings[0]}"
