@@ -169,12 +169,14 @@ def format_compare_table(
 ) -> FittedTable:
     """A metric per row, a variant per column, wrapped into several tables
     when the variants do not fit side by side; names are never cut."""
-    against = f"vs {baseline}" if not baseline_of else "vs the same variant of the first set"
+    against = f"vs {baseline}"
+    if baseline_of:  # labelled sets: the first set's own variants are against its baseline
+        against = f"vs the same variant of the first set (the first set's vs {baseline})"
     title = f"mean ± std over repeats; (×r) = ratio of means {against}"
     headers, cells = [], []
     for variant, row in table.items():
         n = max((c.n for c in row.values()), default=0)
-        mark = "\n(baseline)" if variant == baseline and not baseline_of else ""
+        mark = "\n(baseline)" if variant == baseline else ""
         # `variant@node` on two lines (`@node` below): narrower, and neither part cut.
         headers.append(f"{variant.replace(SEP, chr(10) + SEP)}{mark}\nn={n}")
         cells.append([_cell_parts(row.get(m)) for m in metrics])

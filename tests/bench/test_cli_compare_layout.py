@@ -64,7 +64,9 @@ def test_compare_markdown_csv_json(two_sets):
     md = cli(*args, "--format", "markdown")
     assert md.returncode == 0
     lines = md.stdout.splitlines()
-    assert lines[2].startswith("| metric | base/fence-off-guard n=2 | base/fixed-guard n=2 | base/prefix-guard n=2 |")
+    # The first set's variants are against its baseline, marked as in `run`'s table.
+    head = "| metric | base/fence-off-guard n=2 | base/fixed-guard (baseline) n=2 | base/prefix-guard n=2 |"
+    assert lines[2].startswith(head)
     assert lines[3] == "|---|" + "---:|" * 6
     assert lines[4].startswith("| num_preemptions | 4 ± 1.414 (×1.333) | 3 ± 1.414 | 50 ± 14.14 (×16.67) |")
     assert "| PASS | `num_preemptions[cand/prefix-guard] > 1` | 50 | 1 |" in lines

@@ -56,5 +56,8 @@ def test_the_baseline_is_the_scenarios_not_the_alphabets(tmp_path):
     # A declared baseline wins; --baseline wins over both.
     declared = _run(tmp_path, "c", {**SCENARIO, "report": {"plots": False, "baseline": "mid"}})
     assert _compare(f"c={declared}", f"a={a}")["baseline"] == "c/mid"
+    table = cli("compare", f"c={declared}", f"a={a}", "--metric", "mean_e2el_ms", columns=200).stdout
+    title = "ratio of means vs the same variant of the first set (the first set's vs c/mid)"
+    assert title in " ".join(table.split()) and table.count("(baseline)") == 1  # the title may wrap
     assert _compare(str(declared))["baseline"] == "mid"
     assert _compare(str(declared), "--baseline", "alpha")["baseline"] == "alpha"
