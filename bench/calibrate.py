@@ -314,7 +314,8 @@ def add_calibrate_parser(sub) -> None:
         default="auto",
         help="steps: per-step JSONL; bench: vllm bench serve --save-detailed JSON; vllm-log: a vLLM server log "
         "(its stats lines); torch-trace: a vLLM torch profiler trace (VLLM_TORCH_PROFILER_DIR; docs/cost-model.md). "
-        "auto: by suffix (.jsonl steps, .log/.txt vllm-log, .pt.trace.json[.gz] torch-trace, else bench)",
+        "auto: by suffix (.jsonl steps, .log/.txt vllm-log, .pt.trace.json[.gz] torch-trace), else a JSON that "
+        "starts with a trace's keys is torch-trace and any other bench",
     )
     c.add_argument("--node", help="per-step timings: only this node's steps (e.g. decode-0)")
     c.add_argument(
