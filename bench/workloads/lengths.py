@@ -142,7 +142,9 @@ def load_empirical_cdf(path: str) -> tuple[tuple[int, ...], tuple[float, ...]]:
     """
     p = Path(path)
     if not p.is_file():
-        raise EmpiricalCDFError(f"{path}: empirical CDF file not found")
+        # Shown resolved: a relative path is the working directory's (not the scenario file's, as a trace's is).
+        how = "an absolute path" if p.is_absolute() else f"relative to the working directory, {Path.cwd()}"
+        raise EmpiricalCDFError(f"{path}: empirical CDF file not found at {p.resolve()} ({how})")
     values: list[int] = []
     cdfs: list[float] = []
     with p.open(newline="") as fh:

@@ -1,6 +1,8 @@
 """A scenario's missing trace is shown where it was looked for: the absolute
 path, and what a relative `trace.path` is relative to (the scenario file's
-directory, not the working directory) — from the CLI, run elsewhere."""
+directory, not the working directory) — from the CLI, run elsewhere. A
+missing empirical lengths file likewise (its path is the working
+directory's)."""
 
 from __future__ import annotations
 
@@ -66,4 +68,17 @@ def test_an_absolute_trace_path_says_so_also_when_a_result_is_rerun(tmp_path):
     assert done.stderr == (
         f"error: {tmp_path / 's.yaml'}: trace: {missing}: trace file not found at {missing} (an absolute path); "
         "allowed: an existing .jsonl or .csv trace file\n"
+    )
+
+
+def test_a_missing_empirical_lengths_file_is_shown_resolved_too(tmp_path):
+    doc = copy.deepcopy(BASE)
+    doc["workload"]["prompt_len"] = {"kind": "empirical", "path": "lengths_cdf.csv"}
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "s.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    done = _cli(tmp_path, "validate", "exp/s.yaml")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.endswith(
+        f": workload.prompt_len: lengths_cdf.csv: empirical CDF file not found at {tmp_path / 'lengths_cdf.csv'} "
+        f"(relative to the working directory, {tmp_path})\n"
     )
