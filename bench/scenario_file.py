@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cluster.spec import MAX_RUN_S, MAX_SEED
+from cluster.settings_base import MAX_RUN_S, MAX_SEED
 
 from .errors import InputError
 from .workloads.spec import MAX_REQUESTS

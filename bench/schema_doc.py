@@ -18,18 +18,11 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from cluster.cost_settings import CostModelSettings, FrontEndSettings, RooflineSettings
+from cluster.engine_settings import EngineSettings, NodeGroup, SamplerSettings
 from cluster.kv_transfer import KVTransferSettings
-from cluster.spec import (
-    ClusterSpec,
-    CostModelSettings,
-    EngineSettings,
-    FrontEndSettings,
-    LinkSettings,
-    LinksSpec,
-    NodeGroup,
-    RooflineSettings,
-    SamplerSettings,
-)
+from cluster.link_settings import LinkSettings, LinksSpec
+from cluster.spec import ClusterSpec
 from engine.cost_model import cost_model_names
 
 from .scenario_file import Fault, Report, ScenarioFile, TraceSource, Variant

@@ -32,9 +32,11 @@ from proxy.ports import ProxyPorts
 from proxy.proxy import Proxy
 
 from ..chaos import ChaosConfig, Fault, chaos_report
+from ..engine_settings import NodeGroup
 from ..invariants import check_requests
+from ..link_settings import LinkSettings
 from ..run_result import RunResult, kv_pull_summary
-from ..spec import ClusterSpec, LinkSettings, NodeGroup, NodePlan
+from ..spec import ClusterSpec, NodePlan
 from .clock import EventLoop
 from .collector import collector_paused
 from .executor import VirtualPipelineExecutor

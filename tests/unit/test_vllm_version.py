@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.spec import EngineSettings
+from cluster.engine_settings import EngineSettings
 from engine.config import MODELLED_VLLM_VERSIONS, SchedulerConfig
 
 
