@@ -8,9 +8,9 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from engine.front_end import DEFAULT_FRONT_END, FrontEndParams, front_end_params
-from engine.roofline import RooflineCostModel
+from engine.roofline import RooflineCostModel, RooflineParams
 
-from .settings_base import MAX_PP, StrictModel
+from .settings_base import StrictModel, from_setting
 
 
 class CostModelSettings(StrictModel):
@@ -36,21 +36,18 @@ class RooflineSettings(StrictModel):
     model: str | dict
     # A shipped GPU name (engine/data/gpus.json) or its figures.
     gpu: str | dict
-    tp: int = Field(1, ge=1, le=MAX_PP)
-    pp: int = Field(1, ge=1, le=MAX_PP)
-    # Weights' dtype: "auto" (the checkpoint's), "bf16", or "fp8" (vLLM --quantization fp8:
-    # one byte per weight, GEMMs at the GPU's FP8 peak), or "mxfp4" (gpt-oss: MoE experts at 4.25 bits).
-    dtype: Literal["auto", "bf16", "fp8", "mxfp4"] = "auto"
-    # KV cache dtype: "auto" (the checkpoint's) or "fp8" (vLLM --kv-cache-dtype fp8: one byte per value).
-    kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
-    # Host time per step: host_overhead_ms + host_per_seq_us x rows + host_per_token_us x tokens.
-    host_overhead_ms: float | None = Field(None, ge=0, le=3_600_000)
-    host_per_seq_us: float | None = Field(None, ge=0, le=3_600_000)
-    host_per_token_us: float | None = Field(None, ge=0, le=3_600_000)
-    compute_efficiency: float | None = Field(None, gt=0, le=1)
-    attention_efficiency: float | None = Field(None, gt=0, le=1)
-    memory_efficiency: float | None = Field(None, gt=0, le=1)
-    collective_latency_us: float | None = Field(None, ge=0, le=3_600_000)
+    tp: int = from_setting(RooflineCostModel, "tp")
+    pp: int = from_setting(RooflineCostModel, "pp")
+    dtype: Literal["auto", "bf16", "fp8", "mxfp4"] = from_setting(RooflineCostModel, "dtype")
+    kv_cache_dtype: Literal["auto", "bf16", "fp8"] = from_setting(RooflineCostModel, "kv_cache_dtype")
+    # The factors (engine/roofline.py RooflineParams declares them); null: the GPU's measured one, else the default.
+    host_overhead_ms: float | None = from_setting(RooflineParams, "host_overhead_ms", default=None)
+    host_per_seq_us: float | None = from_setting(RooflineParams, "host_per_seq_us", default=None)
+    host_per_token_us: float | None = from_setting(RooflineParams, "host_per_token_us", default=None)
+    compute_efficiency: float | None = from_setting(RooflineParams, "compute_efficiency", default=None)
+    attention_efficiency: float | None = from_setting(RooflineParams, "attention_efficiency", default=None)
+    memory_efficiency: float | None = from_setting(RooflineParams, "memory_efficiency", default=None)
+    collective_latency_us: float | None = from_setting(RooflineParams, "collective_latency_us", default=None)
 
     @model_validator(mode="after")
     def _builds(self) -> RooflineSettings:
@@ -69,11 +66,11 @@ class FrontEndSettings(StrictModel):
 
     # A preset of engine/data/front_end.json ("off": none).
     preset: str = Field(DEFAULT_FRONT_END, min_length=1, max_length=100)
-    # Overrides of the preset's terms; unset (null) keeps the preset's.
-    request_ms: float | None = Field(None, ge=0, le=3_600_000)
-    prompt_token_us: float | None = Field(None, ge=0, le=3_600_000)
-    output_token_us: float | None = Field(None, ge=0, le=3_600_000)
-    ipc_ms: float | None = Field(None, ge=0, le=3_600_000)
+    # Overrides of the preset's terms (engine/front_end.py declares them); unset (null) keeps the preset's.
+    request_ms: float | None = from_setting(FrontEndParams, "request_ms", default=None)
+    prompt_token_us: float | None = from_setting(FrontEndParams, "prompt_token_us", default=None)
+    output_token_us: float | None = from_setting(FrontEndParams, "output_token_us", default=None)
+    ipc_ms: float | None = from_setting(FrontEndParams, "ipc_ms", default=None)
 
     @model_validator(mode="after")
     def _known_preset(self) -> FrontEndSettings:

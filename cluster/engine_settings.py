@@ -4,14 +4,15 @@ the sampler every node shares (`cluster.sampler`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field, ValidatorFunctionWrapHandler, field_validator, model_validator
 
-from engine.config import MODELLED_VLLM_VERSIONS, SchedulerConfig
+from engine.config import MODELLED_VLLM_VERSIONS, CacheConfig, SchedulerConfig
+from engine.node_core import NodeSpec
 from engine.v0.config import SchedulerConfig as V0SchedulerConfig
 
-from .settings_base import MAX_BLOCKS, MAX_NODES, MAX_PP, MAX_SEED, MAX_SEQS, MAX_TOKENS, StrictModel, int_or_auto
+from .settings_base import MAX_NODES, MAX_SEED, StrictModel, from_setting, int_or_auto, settings_for
 
 # v1 settings with the value that leaves them unused; a v0 node accepts only that.
 V1_ONLY_SETTINGS = {
@@ -27,46 +28,37 @@ V1_ONLY_SETTINGS = {
 
 
 class EngineSettings(StrictModel):
-    engine: Literal["v1", "v0"] = "v1"
-    # An int in [2, 1000000], or "auto": sized from GPU memory as vLLM does
-    # (needs a roofline cost model).
-    num_gpu_blocks: Annotated[int, Field(ge=2, le=MAX_BLOCKS)] | Literal["auto"] = 1024
+    """One node group's engine. Each setting is declared once on the engine
+    class that uses it (`SchedulerConfig`, `CacheConfig`, `NodeSpec`) and
+    derived here (`from_setting`): bounds, defaults and docs come from there."""
+
+    engine: Literal["v1", "v0"] = from_setting(NodeSpec, "engine")
+    num_gpu_blocks: int | Literal["auto"] = from_setting(CacheConfig, "num_gpu_blocks", bounds=False)
     # With num_gpu_blocks "auto": the share of GPU memory vLLM may use.
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    block_size: int = Field(16, ge=1, le=1024)
-    max_num_seqs: int = Field(128, ge=1, le=MAX_SEQS)
-    max_num_batched_tokens: int = Field(8192, ge=1, le=MAX_TOKENS)
-    max_model_len: int = Field(8192, ge=1, le=MAX_TOKENS)
-    enable_chunked_prefill: bool = True
-    long_prefill_token_threshold: int = Field(0, ge=0, le=MAX_TOKENS)
-    policy: Literal["fcfs", "priority"] = "fcfs"
-    async_scheduling: bool = False
-    preemption_guard: Literal["fixed", "prefix"] = "fixed"
-    # The vLLM release the v1 engine models (engine/config.py MODELLED_VLLM_VERSIONS).
-    vllm_version: str = MODELLED_VLLM_VERSIONS[-1]
-    # "auto" = vLLM's gate; "on"/"off" force it.
+    block_size: int = from_setting(CacheConfig, "block_size")
+    max_num_seqs: int = from_setting(SchedulerConfig, "max_num_seqs")
+    max_num_batched_tokens: int = from_setting(SchedulerConfig, "max_num_batched_tokens")
+    max_model_len: int = from_setting(SchedulerConfig, "max_model_len")
+    enable_chunked_prefill: bool = from_setting(SchedulerConfig, "enable_chunked_prefill")
+    long_prefill_token_threshold: int = from_setting(SchedulerConfig, "long_prefill_token_threshold")
+    policy: Literal["fcfs", "priority"] = from_setting(SchedulerConfig, "policy")
+    async_scheduling: bool = from_setting(SchedulerConfig, "async_scheduling")
+    preemption_guard: Literal["fixed", "prefix"] = from_setting(SchedulerConfig, "preemption_guard")
+    vllm_version: str = from_setting(SchedulerConfig, "vllm_version")
+    # "auto" = vLLM's gate; "on"/"off" force it (SchedulerConfig.defer_block_free).
     fence: Literal["auto", "on", "off"] = "auto"
-    watermark: float = Field(0.0, ge=0.0, lt=1.0)
-    scheduler_reserve_full_isl: bool = True
-    kv_load_failure_policy: Literal["recompute", "fail"] = "recompute"
-    # Automatic prefix caching, on by default as in vLLM 0.33.0 (v1 only:
-    # the v0 engine models 0.5.3 with caching off, its default).
-    enable_prefix_caching: bool = True
-    # v0 only: CPU swap space in blocks and the preemption mode ("auto" is
-    # vLLM 0.5.3's: recompute for one-sequence requests, which all of ours are).
-    num_cpu_blocks: int = Field(0, ge=0, le=MAX_BLOCKS)
-    preemption_mode: Literal["auto", "recompute", "swap"] = "auto"
+    watermark: float = from_setting(SchedulerConfig, "watermark")
+    scheduler_reserve_full_isl: bool = from_setting(SchedulerConfig, "scheduler_reserve_full_isl")
+    kv_load_failure_policy: Literal["recompute", "fail"] = from_setting(NodeSpec, "kv_load_failure_policy")
+    enable_prefix_caching: bool = from_setting(CacheConfig, "enable_prefix_caching")
+    num_cpu_blocks: int = from_setting(NodeSpec, "num_cpu_blocks")
+    preemption_mode: Literal["auto", "recompute", "swap"] = from_setting(NodeSpec, "preemption_mode")
 
     @field_validator("num_gpu_blocks", mode="wrap")
     @classmethod
     def _blocks_or_auto(cls, v: object, handler: ValidatorFunctionWrapHandler) -> object:
-        return int_or_auto(v, handler, 2, MAX_BLOCKS)
-
-    @field_validator("vllm_version")
-    @classmethod
-    def _modelled_release(cls, v: str) -> str:
-        SchedulerConfig(vllm_version=v)  # one rule and one message, the engine's
-        return v
+        return int_or_auto(v, handler, CacheConfig, "num_gpu_blocks")
 
     @model_validator(mode="after")
     def _settings_of_the_chosen_engine(self) -> EngineSettings:
@@ -105,30 +97,21 @@ class EngineSettings(StrictModel):
         return None if self.preemption_mode == "auto" else self.preemption_mode
 
     def scheduler_config(self) -> SchedulerConfig:
-        return SchedulerConfig(
-            max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            max_model_len=self.max_model_len,
-            enable_chunked_prefill=self.enable_chunked_prefill,
-            long_prefill_token_threshold=self.long_prefill_token_threshold,
-            policy=self.policy,
-            async_scheduling=self.async_scheduling,
-            scheduler_reserve_full_isl=self.scheduler_reserve_full_isl,
-            watermark=self.watermark,
-            preemption_guard=self.preemption_guard,
-            defer_block_free={"auto": None, "on": True, "off": False}[self.fence],
-            vllm_version=self.vllm_version,
-        )
+        defer_block_free = {"auto": None, "on": True, "off": False}[self.fence]
+        return SchedulerConfig(**settings_for(SchedulerConfig, self), defer_block_free=defer_block_free)
+
+    def cache_config(self) -> CacheConfig:
+        assert isinstance(self.num_gpu_blocks, int)  # "auto" is resolved at validation (ClusterSpec)
+        return CacheConfig(**settings_for(CacheConfig, self))
 
 
 class NodeGroup(StrictModel):
     count: int = Field(1, ge=0, le=MAX_NODES)
-    pp_size: int = Field(1, ge=1, le=MAX_PP)
+    pp_size: int = from_setting(NodeSpec, "pipeline_parallel_size")
     engine: EngineSettings = Field(default_factory=EngineSettings)
 
 
 class SamplerSettings(StrictModel):
     seed: int = Field(0, ge=0, le=MAX_SEED)
-    # Chance that a sampled token is EOS; requests stop there unless ignore_eos.
-    stop_probability: float = Field(0.0, ge=0.0, le=1.0)
+    stop_probability: float = from_setting(NodeSpec, "stop_probability")
     ignore_eos: bool = False

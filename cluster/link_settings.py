@@ -10,20 +10,23 @@ from pydantic import Field, model_validator
 
 from connector.link import LinkSpec
 
-from .settings_base import MAX_BANDWIDTH_MBPS, MAX_LINK_MS, MAX_RUN_S, MIN_BANDWIDTH_MBPS, StrictModel
+from .settings_base import MAX_RUN_S, StrictModel, from_setting, settings_for
 
 OutageStart = Annotated[float, Field(ge=0, le=MAX_RUN_S)]
 OutageEnd = Annotated[float, Field(gt=0, allow_inf_nan=True)]
 
 
 class LinkSettings(StrictModel):
-    delay_ms: float = Field(0.0, ge=0, le=MAX_LINK_MS)
-    jitter_ms: float = Field(0.0, ge=0, le=MAX_LINK_MS)
-    jitter_distribution: Literal["normal", "uniform"] = "normal"
-    bandwidth_MBps: float | None = Field(None, ge=MIN_BANDWIDTH_MBPS, le=MAX_BANDWIDTH_MBPS)
-    loss: float = Field(0.0, ge=0, lt=1)
-    # (start_s, end_s) run seconds; end_s may be .inf (down for the rest of the run).
-    outages: list[tuple[OutageStart, OutageEnd]] = Field(default_factory=list, max_length=10_000)
+    """One link's impairments; each setting is declared on `LinkSpec`."""
+
+    delay_ms: float = from_setting(LinkSpec, "delay_ms")
+    jitter_ms: float = from_setting(LinkSpec, "jitter_ms")
+    jitter_distribution: Literal["normal", "uniform"] = from_setting(LinkSpec, "jitter_distribution")
+    bandwidth_MBps: float | None = from_setting(LinkSpec, "bandwidth_MBps")
+    loss: float = from_setting(LinkSpec, "loss")
+    outages: list[tuple[OutageStart, OutageEnd]] = from_setting(
+        LinkSpec, "outages", default_factory=list, max_length=10_000
+    )
 
     @model_validator(mode="after")
     def _outage_windows(self) -> LinkSettings:
@@ -36,14 +39,7 @@ class LinkSettings(StrictModel):
         return self
 
     def to_spec(self) -> LinkSpec:
-        return LinkSpec(
-            delay_ms=self.delay_ms,
-            jitter_ms=self.jitter_ms,
-            jitter_distribution=self.jitter_distribution,
-            bandwidth_MBps=self.bandwidth_MBps,
-            loss=self.loss,
-            outages=tuple(self.outages),
-        )
+        return LinkSpec(**{**settings_for(LinkSpec, self), "outages": tuple(self.outages)})
 
 
 class LinksSpec(StrictModel):

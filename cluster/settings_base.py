@@ -1,34 +1,93 @@
 """What every scenario settings model shares: strictness (unknown keys and
-infinite or NaN numbers refused) and the upper bounds on sizes and times."""
+infinite or NaN numbers refused), the bounds, and `from_setting`, which
+turns a setting declared on a plain dataclass (engine/setting.py) into the
+schema's field: the one declaration gives the default, the bounds, the doc
+and any further rule."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, ValidationError, ValidatorFunctionWrapHandler
+import dataclasses
+from typing import Any
 
-# Upper bounds on sizes and times. They are far above anything a simulation
-# of one serving cluster needs and low enough that a typo (an extra few zeros,
-# `1e12`, `inf`) is refused at load instead of exhausting memory or stalling
-# the event queue mid-run.
-MAX_BLOCKS = 1_000_000  # KV blocks per node (an 80 GB GPU holds ~30k 16-token blocks of an 8B model)
-MAX_TOKENS = 10_000_000  # max_model_len, token budgets, thresholds
-MAX_SEQS = 65_536
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidatorFunctionWrapHandler
+from pydantic_core import PydanticUndefined
+
+from engine.setting import MAX_BLOCKS, MAX_PP, MAX_RUN_S, MAX_SEED, MAX_SEQS, MAX_TOKENS, declaration, declared_settings
+
+__all__ = [
+    "MAX_BLOCKS",
+    "MAX_NODES",
+    "MAX_PP",
+    "MAX_RUN_S",
+    "MAX_SEED",
+    "MAX_SEQS",
+    "MAX_TOKENS",
+    "DerivedFrom",
+    "StrictModel",
+    "from_setting",
+    "int_or_auto",
+    "settings_for",
+]
+
 MAX_NODES = 64  # per node group
-MAX_PP = 64
-MAX_LINK_MS = 600_000.0  # ten minutes of one-way delay or jitter
-MIN_BANDWIDTH_MBPS = 0.001  # 1 kB/s; slower would make one block take hours
-MAX_BANDWIDTH_MBPS = 1e9
-MAX_RUN_S = 86_400.0  # a day of run time for timeouts, deadlines, holds
-MAX_SEED = 2**32 - 1  # numpy's SeedSequence and the link seeds take non-negative ints
 
 
-def int_or_auto(v: object, handler: ValidatorFunctionWrapHandler, low: int, high: int) -> object:
-    """One error for an int-or-"auto" field, not one per union branch."""
+class DerivedFrom:
+    """The mark `from_setting` leaves on a schema field: which dataclass field
+    declares it (tests/unit/test_one_source.py checks every field against it)."""
+
+    def __init__(self, owner: type, name: str) -> None:
+        self.owner = owner
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"DerivedFrom({self.owner.__name__}.{self.name})"
+
+
+def from_setting(owner: type, name: str, *, bounds: bool = True, **override: Any) -> Any:
+    """The schema field of the setting `owner.name` declares (use as the
+    pydantic field's default). `bounds=False` leaves the bounds to a wrap
+    validator (an int-or-"auto" field, `int_or_auto`); `override` changes the
+    default where the scenario's form differs (None: "the preset's")."""
+    default, declared = declaration(owner, name)
+    kwargs: dict[str, Any] = {"description": declared.doc, **(declared.bounds() if bounds else {})}
+    kwargs.update(override)
+    if "default" not in kwargs and "default_factory" not in kwargs:
+        kwargs["default"] = PydanticUndefined if default is dataclasses.MISSING else default
+    info = Field(**kwargs)
+    info.metadata.append(DerivedFrom(owner, name))
+    if declared.check is not None:
+        check = declared.check
+
+        def _checked(v: Any) -> Any:
+            if v is not None:
+                check(v)
+            return v
+
+        info.metadata.append(AfterValidator(_checked))
+    return info
+
+
+def settings_for(owner: type, model: BaseModel) -> dict[str, Any]:
+    """The values `model` holds of the settings `owner` declares, by name:
+    what `owner(**...)` is built from, without a list of its fields."""
+    return {name: getattr(model, name) for name in declared_settings(owner) if name in type(model).model_fields}
+
+
+def int_or_auto(v: object, handler: ValidatorFunctionWrapHandler, owner: type, name: str) -> object:
+    """One error for an int-or-"auto" field, not one per union branch; the
+    int's bounds are those `owner.name` declares."""
     if v == "auto":
         return v
+    _, declared = declaration(owner, name)
+    low, high = int(declared.ge or 0), int(declared.le or 0)
     try:
-        return handler(v)
+        value = handler(v)
     except ValidationError:
+        value = None
+    if not isinstance(value, int) or not low <= value <= high:
         raise ValueError(f"allowed: an int in [{low}, {high}] or 'auto'") from None
+    return value
 
 
 class StrictModel(BaseModel):

@@ -8,14 +8,13 @@ allowed values; each part's settings live in their own module
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 from pydantic import Field, ValidatorFunctionWrapHandler, field_validator, model_validator
 
 from connector.kv_timing import NO_KV_TIMING, KVTransferTiming
 from connector.pull_policy import KVFaultPolicy
 from engine.block_hash import prompt_block_hashes
-from engine.config import CacheConfig
 from engine.cost_model import StepCostModel, cost_model_names, get_cost_model
 from engine.front_end import FrontEnd
 from engine.node_core import NodeSpec
@@ -29,7 +28,7 @@ from .cost_settings import CostModelSettings, FrontEndSettings, RooflineSettings
 from .engine_settings import EngineSettings, NodeGroup, SamplerSettings
 from .kv_transfer import KVTransferSettings
 from .link_settings import LinksSpec
-from .settings_base import MAX_BLOCKS, MAX_RUN_S, StrictModel, int_or_auto
+from .settings_base import MAX_BLOCKS, MAX_RUN_S, StrictModel, from_setting, int_or_auto
 
 
 class NodePlan(NamedTuple):
@@ -52,19 +51,13 @@ class ClusterSpec(StrictModel):
     # vLLM's API server in front of the engines (Front end, below).
     front_end: FrontEndSettings = Field(default_factory=FrontEndSettings)
     sampler: SamplerSettings = Field(default_factory=SamplerSettings)
-    shadow_kv: bool = True
-    # KV payload per token (bytes): small by default; 131072 B is an 8B-class
-    # model in fp16 (2 x 32 layers x 8 KV heads x 128 dims x 2 bytes).
-    # An int in [1, 16 MiB], or "auto": the cost model's K/V bytes per token
-    # (needs a roofline cost model).
-    bytes_per_token: Annotated[int, Field(ge=1, le=16 * 2**20)] | Literal["auto"] = 64
-    # The KV fault policy (connector/pull_policy.py), in run seconds: virtual
-    # in-process, wall (not scaled by time_scale) on Ray.
-    kv_pull_timeout_s: float = Field(2.0, gt=0, le=MAX_RUN_S)
-    kv_pull_deadline_s: float = Field(10.0, gt=0, le=MAX_RUN_S)
-    kv_pull_backoff_initial_s: float = Field(0.02, gt=0, le=MAX_RUN_S)
-    kv_pull_backoff_max_s: float = Field(0.5, gt=0, le=MAX_RUN_S)
-    max_concurrent_pulls: int = Field(64, ge=1, le=100_000)
+    shadow_kv: bool = from_setting(NodeSpec, "shadow_kv")
+    bytes_per_token: int | Literal["auto"] = from_setting(NodeSettings, "bytes_per_token", bounds=False)
+    kv_pull_timeout_s: float = from_setting(KVFaultPolicy, "attempt_timeout_s")
+    kv_pull_deadline_s: float = from_setting(KVFaultPolicy, "deadline_s")
+    kv_pull_backoff_initial_s: float = from_setting(KVFaultPolicy, "backoff_initial_s")
+    kv_pull_backoff_max_s: float = from_setting(KVFaultPolicy, "backoff_max_s")
+    max_concurrent_pulls: int = from_setting(KVFaultPolicy, "max_concurrent_pulls")
     # A producer frees blocks no consumer reported on after this long;
     # default max(120, 6 x kv_pull_deadline_s).
     kv_hold_timeout_s: float | None = Field(None, gt=0, le=MAX_RUN_S)
@@ -72,8 +65,7 @@ class ClusterSpec(StrictModel):
     # legs and the KV connector's terms, from a preset (none, nixl, mooncake,
     # p2pnccl) with any term overridden. Unused without prefill nodes.
     kv_transfer: KVTransferSettings = Field(default_factory=KVTransferSettings)
-    # Ray runtime only: wall seconds slept per modelled second of step time.
-    time_scale: float = Field(1.0, ge=1e-4, le=1e4)
+    time_scale: float = from_setting(NodeSettings, "time_scale")
 
     @field_validator("cost_model", mode="before")
     @classmethod
@@ -112,7 +104,7 @@ class ClusterSpec(StrictModel):
     @field_validator("bytes_per_token", mode="wrap")
     @classmethod
     def _bytes_or_auto(cls, v: object, handler: ValidatorFunctionWrapHandler) -> object:
-        return int_or_auto(v, handler, 1, 16 * 2**20)
+        return int_or_auto(v, handler, NodeSettings, "bytes_per_token")
 
     @field_validator("decode")
     @classmethod
@@ -162,22 +154,22 @@ class ClusterSpec(StrictModel):
 
     def kv_policy(self) -> KVFaultPolicy:
         hold = self.kv_hold_timeout_s if self.kv_hold_timeout_s is not None else max(120.0, 6 * self.kv_pull_deadline_s)
-        try:
-            return KVFaultPolicy(
-                attempt_timeout_s=self.kv_pull_timeout_s,
-                deadline_s=self.kv_pull_deadline_s,
-                backoff_initial_s=self.kv_pull_backoff_initial_s,
-                backoff_max_s=self.kv_pull_backoff_max_s,
-                hold_timeout_s=hold,
-                max_concurrent_pulls=self.max_concurrent_pulls,
-            )
-        except ValueError as err:
-            raise ValueError(f"cluster: {err}") from None
+        return KVFaultPolicy(
+            attempt_timeout_s=self.kv_pull_timeout_s,
+            deadline_s=self.kv_pull_deadline_s,
+            backoff_initial_s=self.kv_pull_backoff_initial_s,
+            backoff_max_s=self.kv_pull_backoff_max_s,
+            hold_timeout_s=hold,
+            max_concurrent_pulls=self.max_concurrent_pulls,
+        )
 
-    def node_settings(self, time_scale: float = 1.0) -> NodeSettings:
-        """What every node of this cluster runs with (`time_scale` 1: the virtual clock)."""
+    def node_settings(self, time_scale: float = 1.0, ticket_key: bytes = b"") -> NodeSettings:
+        """What every node of this cluster runs with (`time_scale` 1: the virtual clock;
+        `ticket_key`: the run's key for KV tickets, see NodeSettings)."""
         assert isinstance(self.bytes_per_token, int)  # "auto" is resolved at validation
-        return NodeSettings(self.cost(), time_scale, self.bytes_per_token, self.kv_policy(), kv_timing=self.kv_timing())
+        return NodeSettings(
+            self.cost(), time_scale, self.bytes_per_token, self.kv_policy(), ticket_key, kv_timing=self.kv_timing()
+        )
 
     def kv_timing(self) -> KVTransferTiming:
         """The KV connector's terms (none without prefill nodes)."""
@@ -218,7 +210,7 @@ class ClusterSpec(StrictModel):
                             name=f"{role}-{i}",
                             kv_role=kv_role if disagg else None,
                             scheduler=e.scheduler_config(),
-                            cache=CacheConfig(e.num_gpu_blocks, e.block_size, e.enable_prefix_caching),
+                            cache=e.cache_config(),
                             pipeline_parallel_size=group.pp_size,
                             kv_load_failure_policy=e.kv_load_failure_policy,
                             sampler_seed=self.sampler.seed + run_seed,
@@ -226,7 +218,7 @@ class ClusterSpec(StrictModel):
                             shadow_kv=self.shadow_kv,
                             engine=e.engine,
                             num_cpu_blocks=e.num_cpu_blocks,
-                            preemption_mode=e.v0_preemption_mode,
+                            preemption_mode=e.preemption_mode,
                         ),
                         group,
                     )

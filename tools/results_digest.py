@@ -10,7 +10,8 @@ comparing them:
 
 What is compared: every results JSON (`*.json` except `report*`/`*.html`)
 and every step trace (`*.steps.jsonl`), each parsed and re-serialised with
-sorted keys after dropping the volatile keys below, so the comparison is
+sorted keys after dropping the volatile keys below (and the scenario file's
+path), so the comparison is
 byte for byte on everything the simulation decides. Plots and the HTML page
 are left out: they are drawn from these same files.
 """
@@ -40,11 +41,20 @@ VOLATILE_KEYS = frozenset(
 )
 
 
-def _strip(value: Any, ignore: frozenset[str]) -> Any:
+# Keys at one place only: where the scenario file was read from (the same
+# scenario run from two checkouts has two paths).
+VOLATILE_PATHS = frozenset({("scenario_config", "source")})
+
+
+def _strip(value: Any, ignore: frozenset[str], where: tuple[str, ...] = ()) -> Any:
     if isinstance(value, dict):
-        return {k: _strip(v, ignore) for k, v in value.items() if k not in ignore}
+        return {
+            k: _strip(v, ignore, (*where, k))
+            for k, v in value.items()
+            if k not in ignore and (*where, k) not in VOLATILE_PATHS
+        }
     if isinstance(value, list):
-        return [_strip(v, ignore) for v in value]
+        return [_strip(v, ignore, where) for v in value]
     return value
 
 
