@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from engine.cost_model import CostModel
 from engine.front_end import DEFAULT_FRONT_END, FrontEndParams, front_end_params
 from engine.roofline import RooflineCostModel, RooflineParams
 
@@ -17,10 +18,10 @@ class CostModelSettings(StrictModel):
     """A custom cost model: a step takes base_ms + per-token terms (engine/cost_model.py)."""
 
     name: str = Field("custom", min_length=1, max_length=100)
-    base_ms: float = Field(ge=0, le=3_600_000)
-    prefill_ms_per_token: float = Field(ge=0, le=3_600_000)
-    decode_ms_per_token: float = Field(ge=0, le=3_600_000)
-    context_ms_per_ktoken: float = Field(ge=0, le=3_600_000)
+    base_ms: float = from_setting(CostModel, "base_ms")
+    prefill_ms_per_token: float = from_setting(CostModel, "prefill_ms_per_token")
+    decode_ms_per_token: float = from_setting(CostModel, "decode_ms_per_token")
+    context_ms_per_ktoken: float = from_setting(CostModel, "context_ms_per_ktoken")
 
 
 class RooflineSettings(StrictModel):

@@ -151,7 +151,8 @@ def test_every_derived_field_carries_its_declaration():
             assert info.description == declared.doc and declared.doc, where
             if info.default_factory is None:
                 # None: the scenario's "take the preset's / the measured value" form.
-                assert info.default in (default, None), where
+                required = default is dataclasses.MISSING
+                assert info.is_required() if required else info.default in (default, None), where
             bounds = {op: getattr(m, op) for m in info.metadata for op in ("ge", "gt", "le", "lt") if hasattr(m, op)}
             # Every declared bound is the schema's, unless a wrap validator applies them (int or "auto").
             assert bounds in (declared.bounds(), {}), where
