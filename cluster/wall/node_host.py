@@ -50,8 +50,6 @@ class WallNodeSettings:
     kv_link: LinkSpec | None = None
     # Seeds every link this node opens (channels in the order they are opened).
     link_seed: int = 0
-    # Host the producer's KV server binds and advertises.
-    kv_host: str = "127.0.0.1"
     # The run's shared secret (docs/security.md): authenticates the proxy
     # channel, the stage links and (as a derived token) every KV call, and
     # keys this node's KV tickets. None: no authentication (tests that build
@@ -73,7 +71,10 @@ class WallNodeHost:
         settings: WallNodeSettings,
         runner: StepRunner | None = None,
         on_step: Callable[[StepRecord], None] | None = None,
+        kv_host: str = "127.0.0.1",
     ) -> None:
+        """`kv_host`: the address a producer's KV server binds and advertises,
+        the machine the host runs on (known there only: a Ray actor asks Ray)."""
         if role not in ("prefill", "decode"):
             raise ValueError(f"role={role!r} is invalid; allowed: 'prefill' or 'decode'")
         self.role = role
@@ -98,9 +99,7 @@ class WallNodeHost:
         self.node: PrefillNode | DecodeNode
         if role == "prefill":
             self.node = PrefillNode(spec, node_settings, ports, on_step)
-            self.server = KVHandoffServer(
-                self.node, on_done=self.node.on_done_report, host=settings.kv_host, security=security
-            )
+            self.server = KVHandoffServer(self.node, on_done=self.node.on_done_report, host=kv_host, security=security)
         else:
             self.kv = GrpcKVTransport(
                 link=settings.kv_link,
