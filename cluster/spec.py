@@ -7,6 +7,7 @@ allowed values; each part's settings live in their own module
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
@@ -163,10 +164,14 @@ class ClusterSpec(StrictModel):
             max_concurrent_pulls=self.max_concurrent_pulls,
         )
 
-    def node_settings(self, time_scale: float = 1.0, ticket_key: bytes = b"") -> NodeSettings:
-        """What every node of this cluster runs with (`time_scale` 1: the virtual clock;
-        `ticket_key`: the run's key for KV tickets, see NodeSettings)."""
+    def node_settings(self, time_scale: float = 1.0, ticket_key: bytes | None = None) -> NodeSettings:
+        """What a node of this cluster runs with (`time_scale` 1: the virtual clock).
+        `ticket_key` keys its KV tickets (docs/security.md): the runtime's
+        (seeded in-process, derived from the run's secret on Ray); None, for
+        nodes built by hand: a fresh random key, so nobody can forge a ticket."""
         assert isinstance(self.bytes_per_token, int)  # "auto" is resolved at validation
+        if ticket_key is None:
+            ticket_key = secrets.token_bytes(32)
         return NodeSettings(
             self.cost(), time_scale, self.bytes_per_token, self.kv_policy(), ticket_key, kv_timing=self.kv_timing()
         )
@@ -180,18 +185,27 @@ class ClusterSpec(StrictModel):
             return self.kv_transfer.timing(model.model.num_hidden_layers, model.tp)
         return self.kv_transfer.timing(None, 1)
 
-    def proxy_settings(self) -> ProxySettings:
-        """What the proxy of this cluster routes by (both runtimes)."""
+    def proxy_settings(
+        self,
+        prefill: Sequence[str] | None = None,
+        decode: Sequence[str] | None = None,
+        time_scale: float = 1.0,
+    ) -> ProxySettings:
+        """What the proxy of this cluster routes by (both runtimes): over the
+        named nodes (default: every node of the spec; a Ray run: its live
+        actors), with the timeline's legs and the API server's terms in run
+        seconds (`time_scale` wall seconds per modelled second on Ray)."""
+        timeline = self.kv_transfer.proxy_timeline() if self.disaggregated else ProxyTimeline()
         return ProxySettings(
-            prefill=tuple(f"prefill-{i}" for i in range(self.prefill.count)),
-            decode=tuple(f"decode-{i}" for i in range(self.decode.count)),
+            prefill=tuple(prefill if prefill is not None else (f"prefill-{i}" for i in range(self.prefill.count))),
+            decode=tuple(decode if decode is not None else (f"decode-{i}" for i in range(self.decode.count))),
             routing=self.routing,
             ignore_eos=self.sampler.ignore_eos,
             prompt_hashes=self.prompt_hashes,
-            timeline=self.kv_transfer.proxy_timeline() if self.disaggregated else ProxyTimeline(),
+            timeline=timeline.scaled(time_scale) if time_scale != 1.0 else timeline,
             # One API server in front of the cluster (a fresh queue per run):
             # parse, chat template and tokenize each request in turn, then IPC.
-            front_end=FrontEnd(self.front_end.params()),
+            front_end=FrontEnd(self.front_end.params().scaled(time_scale)),
         )
 
     def node_specs(self, run_seed: int = 0) -> list[NodePlan]:

@@ -53,6 +53,13 @@ class FrontEndParams:
         0.0, doc="API server <-> engine core, one way (a latency, not queued).", ge=0, le=MAX_TERM_MS
     )
 
+    def scaled(self, time_scale: float) -> FrontEndParams:
+        """The same terms in run seconds on a wall clock that sleeps
+        `time_scale` seconds per modelled second."""
+        if time_scale == 1.0:
+            return self
+        return FrontEndParams(**{f.name: getattr(self, f.name) * time_scale for f in fields(self)})
+
     @property
     def is_off(self) -> bool:
         return not any(asdict(self).values())

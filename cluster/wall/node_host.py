@@ -17,7 +17,6 @@ Ray's actor shells (`cluster.ray.actors`) wrap a host and only forward.
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -51,9 +50,9 @@ class WallNodeSettings:
     # Seeds every link this node opens (channels in the order they are opened).
     link_seed: int = 0
     # The run's shared secret (docs/security.md): authenticates the proxy
-    # channel, the stage links and (as a derived token) every KV call, and
-    # keys this node's KV tickets. None: no authentication (tests that build
-    # nodes by hand); tickets are then keyed at random.
+    # channel, the stage links and (as a derived token) every KV call. None:
+    # no authentication (tests that build nodes by hand). The KV tickets'
+    # key is `node.ticket_key` (the Ray driver derives it from this secret).
     secret: bytes | None = field(default=None, repr=False)
     # TLS of the KV handoff (certificates; the token comes from `secret`).
     kv_tls: KVSecurity | None = None
@@ -87,9 +86,8 @@ class WallNodeHost:
             stage_link = Link(link, seed=settings.link_seed) if pp > 1 and link is not None else None
             runner = LocalPipeline(pp, self.clock, stage_link)
         self.executor = WallExecutor(runner)
-        secret = settings.secret
-        ticket_key = derive_key(secret, f"tickets/{spec.name}") if secret is not None else secrets.token_bytes(32)
-        node_settings = replace(settings.node, ticket_key=ticket_key)
+        # Its KV tickets' key comes with its settings (the driver derives it from the run's secret).
+        node_settings = settings.node
         on_release = self._on_release if role == "prefill" else None
         self.channel = ProxyChannel(spec.name, self._on_requests, on_release, settings.secret, self._on_abort)
         ports = NodePorts(self.clock, self.executor, self.channel.emit)

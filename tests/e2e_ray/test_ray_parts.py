@@ -14,7 +14,7 @@ from cluster.spec import ClusterSpec
 from cluster.wall.clock import RunClock
 from cluster.wall.delay_line import DelayedMailbox
 from cluster.wall.frames import FrameConnection, serve
-from cluster.wall.proxy_links import settings_for, wall_proxy
+from cluster.wall.proxy_links import wall_proxy
 from connector.link import Link, LinkSpec
 from node.messages import RequestMessage
 from proxy.client import Arrived, Breakdown, Finished, Scheduled, Submission, Tokens
@@ -79,7 +79,7 @@ class _Harness:
         # The API server off: messages go out in the next loop pass (these tests settle for 10 ms).
         spec = make_spec(routing=routing, front_end={"preset": "off"})
         self.proxy, self.links = wall_proxy(
-            settings_for(spec.proxy_settings(), list(prefill), list(decode)),
+            spec.proxy_settings(list(prefill), list(decode)),
             spec.links.proxy.to_spec(),
             0,
             RunClock.starting_now(),
