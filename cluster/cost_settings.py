@@ -3,13 +3,11 @@ set or a roofline) and the API server in front of it (`cluster.front_end`)."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, model_validator
 
 from engine.cost_model import CostModel
 from engine.front_end import DEFAULT_FRONT_END, FrontEndParams, front_end_params
-from engine.roofline import RooflineCostModel, RooflineParams
+from engine.roofline import KVCacheDtype, RooflineCostModel, RooflineParams, WeightDtype
 
 from .settings_base import StrictModel, from_setting
 
@@ -39,8 +37,8 @@ class RooflineSettings(StrictModel):
     gpu: str | dict
     tp: int = from_setting(RooflineCostModel, "tp")
     pp: int = from_setting(RooflineCostModel, "pp")
-    dtype: Literal["auto", "bf16", "fp8", "mxfp4"] = from_setting(RooflineCostModel, "dtype")
-    kv_cache_dtype: Literal["auto", "bf16", "fp8"] = from_setting(RooflineCostModel, "kv_cache_dtype")
+    dtype: WeightDtype = from_setting(RooflineCostModel, "dtype")
+    kv_cache_dtype: KVCacheDtype = from_setting(RooflineCostModel, "kv_cache_dtype")
     # The factors (engine/roofline.py RooflineParams declares them); null: the GPU's measured one, else the default.
     host_overhead_ms: float | None = from_setting(RooflineParams, "host_overhead_ms", default=None)
     host_per_seq_us: float | None = from_setting(RooflineParams, "host_per_seq_us", default=None)

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, ValidatorFunctionWrapHandler, field_validator, model_validator
 
-from engine.config import MODELLED_VLLM_VERSIONS, CacheConfig, SchedulerConfig
+from engine.config import MODELLED_VLLM_VERSIONS, CacheConfig, PreemptionGuard, SchedulerConfig, SchedulingPolicy
 from engine.node_core import NodeSpec
 from engine.v0.config import SchedulerConfig as V0SchedulerConfig
 
@@ -42,9 +42,9 @@ class EngineSettings(StrictModel):
     max_model_len: int = from_setting(SchedulerConfig, "max_model_len")
     enable_chunked_prefill: bool = from_setting(SchedulerConfig, "enable_chunked_prefill")
     long_prefill_token_threshold: int = from_setting(SchedulerConfig, "long_prefill_token_threshold")
-    policy: Literal["fcfs", "priority"] = from_setting(SchedulerConfig, "policy")
+    policy: SchedulingPolicy = from_setting(SchedulerConfig, "policy")
     async_scheduling: bool = from_setting(SchedulerConfig, "async_scheduling")
-    preemption_guard: Literal["fixed", "prefix"] = from_setting(SchedulerConfig, "preemption_guard")
+    preemption_guard: PreemptionGuard = from_setting(SchedulerConfig, "preemption_guard")
     vllm_version: str = from_setting(SchedulerConfig, "vllm_version")
     # "auto" = vLLM's gate; "on"/"off" force it (SchedulerConfig.defer_block_free).
     fence: Literal["auto", "on", "off"] = "auto"

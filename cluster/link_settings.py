@@ -4,11 +4,11 @@ outages, turned into the `LinkSpec` the link model runs (connector/link.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from connector.link import LinkSpec
+from connector.link import JitterDistribution, LinkSpec
 
 from .settings_base import MAX_RUN_S, StrictModel, from_setting, settings_for
 
@@ -21,7 +21,7 @@ class LinkSettings(StrictModel):
 
     delay_ms: float = from_setting(LinkSpec, "delay_ms")
     jitter_ms: float = from_setting(LinkSpec, "jitter_ms")
-    jitter_distribution: Literal["normal", "uniform"] = from_setting(LinkSpec, "jitter_distribution")
+    jitter_distribution: JitterDistribution = from_setting(LinkSpec, "jitter_distribution")
     bandwidth_MBps: float | None = from_setting(LinkSpec, "bandwidth_MBps")
     loss: float = from_setting(LinkSpec, "loss")
     outages: list[tuple[OutageStart, OutageEnd]] = from_setting(

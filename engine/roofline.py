@@ -24,6 +24,7 @@ docs/cost-model.md.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
 
 from .model_shape import GPUSpec, ModelShape, get_gpu, get_model
 from .setting import MAX_PP, check_declared, setting
@@ -53,6 +54,8 @@ CUDAGRAPH_GiB = 1.0
 # one 8-bit scale per 32: 4.25 bits), attention and embeddings in BF16, the
 # GEMMs at the BF16 peak (weight-only kernels on Hopper and older).
 DTYPES = ("auto", "bf16", "fp8", "mxfp4")
+WeightDtype = Literal["auto", "bf16", "fp8", "mxfp4"]
+KVCacheDtype = Literal["auto", "bf16", "fp8"]
 DTYPE_BYTES = {"bf16": 2, "fp8": 1}
 MXFP4_BYTES = 4.25 / 8
 # Bound of a host time term (ms or us): an hour.
@@ -104,12 +107,12 @@ class RooflineCostModel:
     # and runs the GEMMs at the GPU's FP8 peak (the KV cache: one byte per
     # value read, written, moved and stored; attention stays at the 16-bit
     # peak, which is what FlashAttention runs after dequantising).
-    dtype: str = setting(
+    dtype: WeightDtype = setting(
         "auto",
         doc='Weights\' dtype: "auto" (the checkpoint\'s), "bf16", or "fp8" (vLLM --quantization fp8: one byte '
         'per weight, GEMMs at the GPU\'s FP8 peak), or "mxfp4" (gpt-oss: MoE experts at 4.25 bits).',
     )
-    kv_cache_dtype: str = setting(
+    kv_cache_dtype: KVCacheDtype = setting(
         "auto",
         doc='KV cache dtype: "auto" (the checkpoint\'s) or "fp8" (vLLM --kv-cache-dtype fp8: one byte per value).',
     )

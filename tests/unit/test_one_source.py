@@ -153,6 +153,10 @@ def test_every_derived_field_carries_its_declaration():
                 # None: the scenario's "take the preset's / the measured value" form.
                 required = default is dataclasses.MISSING
                 assert info.is_required() if required else info.default in (default, None), where
+            # The declared type, or the scenario's form of it: "auto", null (the preset's), a list for a tuple.
+            declared_type = typing.get_type_hints(mark.owner)[mark.name]
+            forms = {declared_type, declared_type | None, declared_type | typing.Literal["auto"]}
+            assert info.annotation in forms or info.default_factory is not None, where
             bounds = {op: getattr(m, op) for m in info.metadata for op in ("ge", "gt", "le", "lt") if hasattr(m, op)}
             # Every declared bound is the schema's, unless a wrap validator applies them (int or "auto").
             assert bounds in (declared.bounds(), {}), where
