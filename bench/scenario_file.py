@@ -10,7 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cluster.spec import MAX_RUN_S, MAX_SEED
+from cluster.chaos import ChaosConfig
+from cluster.settings_base import MAX_RUN_S, MAX_SEED, from_setting, settings_for
 
 from .errors import InputError
 from .workloads.spec import MAX_REQUESTS
@@ -74,20 +75,22 @@ class Chaos(_Strict):
     kind (kills, restarts, KV partitions, loss bursts, slow stages); on Ray the
     kills (the other kinds are in-process only)."""
 
-    seed: int = Field(0, ge=0, le=MAX_SEED)
-    # Faults fall in [start_s, end_s) run seconds.
-    start_s: float = Field(0.0, ge=0, le=MAX_RUN_S)
-    end_s: float = Field(5.0, gt=0, le=MAX_RUN_S)
-    kills: int = Field(1, ge=0, le=100)
-    partitions: int = Field(2, ge=0, le=1000)
-    loss_bursts: int = Field(2, ge=0, le=1000)
-    slow_stages: int = Field(2, ge=0, le=1000)
-    max_fault_s: float = Field(1.0, gt=0, le=3600)
-    burst_loss: float = Field(0.5, gt=0, le=1)
-    slow_factor: float = Field(4.0, ge=1, le=1000)
-    # How many killed nodes come back (in-process), each `restart_after_s` after its kill.
-    restarts: int = Field(0, ge=0, le=100)
-    restart_after_s: float = Field(0.5, gt=0, le=MAX_RUN_S)
+    seed: int = from_setting(ChaosConfig, "seed")
+    start_s: float = from_setting(ChaosConfig, "start_s")
+    end_s: float = from_setting(ChaosConfig, "end_s")
+    kills: int = from_setting(ChaosConfig, "kills")
+    partitions: int = from_setting(ChaosConfig, "partitions")
+    loss_bursts: int = from_setting(ChaosConfig, "loss_bursts")
+    slow_stages: int = from_setting(ChaosConfig, "slow_stages")
+    max_fault_s: float = from_setting(ChaosConfig, "max_fault_s")
+    burst_loss: float = from_setting(ChaosConfig, "burst_loss")
+    slow_factor: float = from_setting(ChaosConfig, "slow_factor")
+    restarts: int = from_setting(ChaosConfig, "restarts")
+    restart_after_s: float = from_setting(ChaosConfig, "restart_after_s")
+
+    def config(self, repeat: int = 0) -> ChaosConfig:
+        """The plan's settings for repeat `repeat`, which draws its own faults (seed + repeat)."""
+        return ChaosConfig(**{**settings_for(ChaosConfig, self), "seed": self.seed + repeat})
 
     @model_validator(mode="after")
     def _window(self) -> Chaos:

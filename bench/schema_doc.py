@@ -1,6 +1,7 @@
 """The scenario format reference, generated from the pydantic models that
 validate it: every key, its type, default, allowed values, bounds and units,
-and the comment the code gives it. `docs/scenario-reference.md` is this
+and its doc: the setting's declaration (engine/setting.py) or the comment
+the code gives the field. `docs/scenario-reference.md` is this
 module's output (`disagg-sim schema > docs/scenario-reference.md`), and a
 test fails when the two differ, so the reference cannot drift from the code.
 """
@@ -18,21 +19,14 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from cluster.cost_settings import CostModelSettings, FrontEndSettings, RooflineSettings
+from cluster.engine_settings import EngineSettings, NodeGroup, SamplerSettings
 from cluster.kv_transfer import KVTransferSettings
-from cluster.spec import (
-    ClusterSpec,
-    CostModelSettings,
-    EngineSettings,
-    FrontEndSettings,
-    LinkSettings,
-    LinksSpec,
-    NodeGroup,
-    RooflineSettings,
-    SamplerSettings,
-)
+from cluster.link_settings import LinkSettings, LinksSpec
+from cluster.spec import ClusterSpec
 from engine.cost_model import cost_model_names
 
-from .scenario_file import Fault, Report, ScenarioFile, TraceSource, Variant
+from .scenario_file import Chaos, Fault, Report, ScenarioFile, TraceSource, Variant
 from .workloads.arrivals import AllAtOnceArrivals, ConstantArrivals, GammaArrivals, PoissonArrivals
 from .workloads.lengths import (
     EmpiricalLengths,
@@ -50,6 +44,7 @@ SECTIONS: list[tuple[str, str, type[BaseModel]]] = [
     ("Top level", "", ScenarioFile),
     ("Variants", "variants[]", Variant),
     ("Faults", "faults[]", Fault),
+    ("Chaos", "chaos", Chaos),
     ("Report", "report", Report),
     ("Trace replay", "trace", TraceSource),
     ("Cluster", "cluster", ClusterSpec),
@@ -230,7 +225,8 @@ def render_markdown() -> str:
                 _cell(_default(info)),
                 _cell(allowed),
                 _unit(name),
-                _cell(comments.get(name, "")),
+                # A setting declared on a runtime class carries its doc (engine/setting.py).
+                _cell(info.description or comments.get(name, "")),
             ]
             out.append("| " + " | ".join(row) + " |")
         out.append("")

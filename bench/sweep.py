@@ -60,10 +60,8 @@ def run_one(
     faults = scenario.file.faults
     chaos = None
     if scenario.file.chaos is not None:
-        from cluster.chaos import ChaosConfig
-
         # Repeat r draws its own faults, as it draws its own workload.
-        chaos = ChaosConfig(**{**scenario.file.chaos.model_dump(), "seed": scenario.file.chaos.seed + repeat})
+        chaos = scenario.file.chaos.config(repeat)
     if runtime == "inproc":
         from cluster.inproc import InProcCluster
 

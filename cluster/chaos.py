@@ -25,25 +25,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.records import RequestRecord
+from engine.setting import MAX_RUN_S, MAX_SEED, setting
 
 FAULT_KINDS = ("kill", "restart", "partition", "loss_burst", "slow_stage")
 
 
 @dataclass(frozen=True)
 class ChaosConfig:
-    seed: int = 0
-    start_s: float = 0.0  # faults fall in [start_s, end_s)
-    end_s: float = 5.0
-    kills: int = 1
-    partitions: int = 2
-    loss_bursts: int = 2
-    slow_stages: int = 2
-    max_fault_s: float = 1.0  # longest partition / burst / slow window
-    burst_loss: float = 0.5
-    slow_factor: float = 4.0
-    # How many of the killed nodes come back, each this long after its kill.
-    restarts: int = 0
-    restart_after_s: float = 0.5
+    """A chaos plan's settings, declared here (engine/setting.py) and validated
+    by the scenario schema (`chaos:`, bench/scenario_file.py)."""
+
+    seed: int = setting(0, doc="Seeds the plan; repeat r of a scenario draws with seed + r.", ge=0, le=MAX_SEED)
+    start_s: float = setting(0.0, doc="Faults fall in [start_s, end_s) run seconds.", ge=0, le=MAX_RUN_S)
+    end_s: float = setting(5.0, doc="The end of the faults' window.", gt=0, le=MAX_RUN_S)
+    kills: int = setting(1, doc="Nodes killed (never the last live node of its role).", ge=0, le=100)
+    partitions: int = setting(2, doc="KV link partitions (in-process).", ge=0, le=1000)
+    loss_bursts: int = setting(2, doc="KV link loss bursts (in-process).", ge=0, le=1000)
+    slow_stages: int = setting(2, doc="Windows of slow steps on a node (in-process).", ge=0, le=1000)
+    max_fault_s: float = setting(1.0, doc="The longest partition, burst or slow window.", gt=0, le=3600)
+    burst_loss: float = setting(0.5, doc="A loss burst's drop probability.", gt=0, le=1)
+    slow_factor: float = setting(4.0, doc="How many times longer a slow window's steps take.", ge=1, le=1000)
+    restarts: int = setting(
+        0, doc="How many killed nodes come back (in-process), each `restart_after_s` after its kill.", ge=0, le=100
+    )
+    restart_after_s: float = setting(0.5, doc="From a kill to its restart.", gt=0, le=MAX_RUN_S)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from connector.kv_timing import KVTransferTiming
 from proxy.timeline import ProxyTimeline
 
-MAX_TERM_S = 3600.0
+from .settings_base import from_setting
 
 # Each preset's terms (seconds unless named otherwise). Sources and the
 # arithmetic: docs/cost-model.md, "The P/D hand-off".
@@ -80,18 +80,16 @@ class KVTransferSettings(BaseModel):
 
     # Every term below left null takes the preset's value (docs/cost-model.md, "The P/D hand-off").
     preset: Literal["none", "nixl", "mooncake", "p2pnccl"] = "none"
-    # The proxy's HTTP legs: the prompt-only request to a prefill instance,
-    # its reply with kv_transfer_params, the second request to a decode instance.
-    prefill_request_s: Term = Field(None, ge=0, le=MAX_TERM_S)
-    prefill_reply_s: Term = Field(None, ge=0, le=MAX_TERM_S)
-    decode_request_s: Term = Field(None, ge=0, le=MAX_TERM_S)
-    # The connector: first contact with a producer, per-request metadata,
-    # per-transfer latency, per-descriptor cost (microseconds), bandwidth (GB/s; null: the link's alone).
-    handshake_s: Term = Field(None, ge=0, le=MAX_TERM_S)
-    metadata_s: Term = Field(None, ge=0, le=MAX_TERM_S)
-    transfer_latency_s: Term = Field(None, ge=0, le=MAX_TERM_S)
-    descriptor_us: Term = Field(None, ge=0, le=1e6)
-    bandwidth_GBps: Term = Field(None, gt=0, le=1e6)
+    # The proxy's legs (proxy/timeline.py) and the connector's terms (connector/kv_timing.py);
+    # null: the preset's value.
+    prefill_request_s: Term = from_setting(ProxyTimeline, "prefill_request_s", default=None)
+    prefill_reply_s: Term = from_setting(ProxyTimeline, "prefill_reply_s", default=None)
+    decode_request_s: Term = from_setting(ProxyTimeline, "decode_request_s", default=None)
+    handshake_s: Term = from_setting(KVTransferTiming, "handshake_s", default=None)
+    metadata_s: Term = from_setting(KVTransferTiming, "metadata_s", default=None)
+    transfer_latency_s: Term = from_setting(KVTransferTiming, "transfer_latency_s", default=None)
+    descriptor_us: Term = from_setting(KVTransferTiming, "descriptor_us", default=None)
+    bandwidth_GBps: Term = from_setting(KVTransferTiming, "bandwidth_GBps", default=None)
     # Descriptors per block and layer: K and V. A decode rank that reads from
     # several prefill ranks (prefill_tp > decode_tp) makes that many reads per
     # block; null: the cost model's tp (the same layout on both sides).

@@ -28,15 +28,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from engine.setting import MAX_TERM_S, setting
+
 
 @dataclass(frozen=True)
 class KVTransferTiming:
+    """The terms, declared here (engine/setting.py); the scenario's
+    `cluster.kv_transfer` overrides a preset's values of them."""
+
     name: str = "none"
-    handshake_s: float = 0.0
-    metadata_s: float = 0.0
-    transfer_latency_s: float = 0.0
-    descriptor_us: float = 0.0
-    bandwidth_GBps: float | None = None
+    handshake_s: float = setting(
+        0.0, doc="First contact with a producer (once per consumer-producer pair).", ge=0, le=MAX_TERM_S
+    )
+    metadata_s: float = setting(0.0, doc="Per request: the transfer's metadata.", ge=0, le=MAX_TERM_S)
+    transfer_latency_s: float = setting(0.0, doc="Per transfer (attempt): issue and completion.", ge=0, le=MAX_TERM_S)
+    descriptor_us: float = setting(0.0, doc="Per transfer descriptor (one block of one layer's K or V).", ge=0, le=1e6)
+    bandwidth_GBps: float | None = setting(
+        None, doc="The connector's bandwidth (GB/s); null: the link's alone.", gt=0, le=1e6
+    )
     descriptors_per_block: int = 1
 
     @property

@@ -25,21 +25,22 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Literal
+from typing import Literal
+
+from engine.setting import setting
 
 JitterDistribution = Literal["normal", "uniform"]
-_JITTER_DISTRIBUTIONS = ("normal", "uniform")
 
 # Bandwidth is in decimal megabytes per second: 1 MB = 10**6 bytes.
 BYTES_PER_MB = 1_000_000
-# Sanity limits: a finite but absurd delay (1e308 ms) overflows the arrival
-# arithmetic to inf, and a near-zero bandwidth parks a message for centuries;
-# both would stall a run instead of failing at construction.
-MAX_DELAY_MS = 86_400_000.0  # one day
-MIN_BANDWIDTH_MBPS = 1e-6  # one byte per second
+# Bounds of the settings below: a finite but absurd delay (1e308 ms) overflows
+# the arrival arithmetic to inf, and a near-zero bandwidth parks a message for
+# centuries; both would stall a run instead of being refused at load.
+MAX_LINK_MS = 600_000.0  # ten minutes of one-way delay or jitter
+MIN_BANDWIDTH_MBPS = 0.001  # 1 kB/s; slower would make one block take hours
+MAX_BANDWIDTH_MBPS = 1e9
 
 
 class Direction(str, Enum):
@@ -49,94 +50,34 @@ class Direction(str, Enum):
     REVERSE = "reverse"
 
 
-def _require_number(field_name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"LinkSpec.{field_name} must be a number, got {value!r}")
-    if math.isnan(value):
-        raise ValueError(f"LinkSpec.{field_name} must be a number, got NaN")
-    return float(value)
-
-
-def _require_delay_ms(field_name: str, value: Any) -> float:
-    number = _require_number(field_name, value)
-    if not math.isfinite(number) or not 0 <= number <= MAX_DELAY_MS:
-        raise ValueError(f"LinkSpec.{field_name} must be a number in [0, {MAX_DELAY_MS:g}] ms, got {value!r}")
-    return number
-
-
-def _normalise_outages(value: Any) -> tuple[tuple[float, float], ...]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise ValueError(f"LinkSpec.outages must be a list of (start_s, end_s) windows, got {value!r}")
-    windows = []
-    for i, window in enumerate(value):
-        try:
-            start, end = window
-        except (TypeError, ValueError):
-            raise ValueError(f"LinkSpec.outages[{i}] must be a (start_s, end_s) pair, got {window!r}") from None
-        start = _require_number(f"outages[{i}].start_s", start)
-        end = _require_number(f"outages[{i}].end_s", end)
-        if not (0 <= start < end) or math.isinf(start):
-            raise ValueError(
-                f"LinkSpec.outages[{i}] must satisfy 0 <= start_s < end_s (end_s may be inf), got ({start!r}, {end!r})"
-            )
-        windows.append((start, end))
-    return tuple(windows)
-
-
 @dataclass(frozen=True)
 class LinkSpec:
     """Impairments of one link direction. The default is a perfect link.
+    Each setting is declared here (engine/setting.py) and validated by the
+    scenario schema (`cluster.links.*`, cluster/link_settings.py); a spec
+    built by hand is trusted as given."""
 
-    delay_ms: one-way propagation delay, milliseconds, >= 0.
-    jitter_ms: spread of the delay, >= 0. For "normal" it is the standard
-        deviation (the sample is clipped at 0, never negative); for "uniform"
-        the delay is drawn from [delay_ms - jitter_ms, delay_ms + jitter_ms],
-        also clipped at 0.
-    bandwidth_MBps: serialisation rate in decimal megabytes per second
-        (10**6 bytes/s); None means unlimited.
-    loss: probability in [0, 1) that a message is dropped.
-    outages: (start_s, end_s) windows, half-open, in seconds since the link's
-        epoch; every message sent inside one is dropped.
-    """
-
-    delay_ms: float = 0.0
-    jitter_ms: float = 0.0
-    jitter_distribution: JitterDistribution = "normal"
-    bandwidth_MBps: float | None = None
-    loss: float = 0.0
-    outages: tuple[tuple[float, float], ...] = field(default_factory=tuple)
-
-    def __post_init__(self) -> None:
-        # Frozen: normalised values are written through object.__setattr__.
-        set_ = object.__setattr__
-        set_(self, "delay_ms", _require_delay_ms("delay_ms", self.delay_ms))
-        set_(self, "jitter_ms", _require_delay_ms("jitter_ms", self.jitter_ms))
-        if self.jitter_distribution not in _JITTER_DISTRIBUTIONS:
-            raise ValueError(
-                f"LinkSpec.jitter_distribution must be one of {_JITTER_DISTRIBUTIONS}, got {self.jitter_distribution!r}"
-            )
-        if self.bandwidth_MBps is not None:
-            bandwidth = _require_number("bandwidth_MBps", self.bandwidth_MBps)
-            if not (bandwidth >= MIN_BANDWIDTH_MBPS and math.isfinite(bandwidth)):
-                raise ValueError(
-                    f"LinkSpec.bandwidth_MBps must be None (unlimited) or a finite number >= {MIN_BANDWIDTH_MBPS:g}, "
-                    f"got {self.bandwidth_MBps!r}"
-                )
-            set_(self, "bandwidth_MBps", bandwidth)
-        loss = _require_number("loss", self.loss)
-        if not 0 <= loss < 1:
-            raise ValueError(f"LinkSpec.loss must be in [0, 1), got {self.loss!r}")
-        set_(self, "loss", loss)
-        set_(self, "outages", _normalise_outages(self.outages))
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LinkSpec:
-        """Build from a scenario-file mapping; unknown keys are an error."""
-        allowed = [f.name for f in fields(cls)]
-        unknown = sorted(set(data) - set(allowed))
-        if unknown:
-            raise ValueError(f"LinkSpec: unknown field(s) {unknown}; allowed: {allowed}")
-        return cls(**data)
+    delay_ms: float = setting(0.0, doc="One-way propagation delay.", ge=0, le=MAX_LINK_MS)
+    jitter_ms: float = setting(
+        0.0,
+        doc='Spread of the delay: for "normal" its standard deviation, for "uniform" the half-width of '
+        "[delay_ms - jitter_ms, delay_ms + jitter_ms]; a sampled delay is clipped at 0.",
+        ge=0,
+        le=MAX_LINK_MS,
+    )
+    jitter_distribution: JitterDistribution = setting("normal", doc="How the delay's jitter is drawn.")
+    bandwidth_MBps: float | None = setting(
+        None,
+        doc="Serialisation rate in decimal megabytes per second (10^6 B/s); null: unlimited.",
+        ge=MIN_BANDWIDTH_MBPS,
+        le=MAX_BANDWIDTH_MBPS,
+    )
+    loss: float = setting(0.0, doc="Chance that a message is dropped.", ge=0, lt=1)
+    outages: tuple[tuple[float, float], ...] = setting(
+        (),
+        doc="(start_s, end_s) run seconds; end_s may be .inf (down for the rest of the run). Every message "
+        "sent inside a window is dropped.",
+    )
 
     @property
     def is_ideal(self) -> bool:

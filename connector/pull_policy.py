@@ -24,10 +24,10 @@ such requests too, after VLLM_NIXL_ABORT_REQUEST_TIMEOUT).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from engine.kv_connector.pd_connector import RecvSpec
+from engine.setting import MAX_RUN_S, setting
 
 from .transport import DoneReport, DoneReportResult, PullAttempt, PullAttemptResult, PullFailure
 
@@ -37,34 +37,30 @@ from .transport import DoneReport, DoneReportResult, PullAttempt, PullAttemptRes
 MIN_ATTEMPT_S = 0.001
 
 
-def _positive(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"KVFaultPolicy.{name}={value!r} is invalid; allowed: a finite number > 0")
-
-
 @dataclass(frozen=True)
 class KVFaultPolicy:
-    """Times are run seconds: virtual in-process, wall (unscaled) on Ray."""
+    """Times are run seconds: virtual in-process, wall (unscaled) on Ray.
+    Declared here (engine/setting.py), validated by the scenario schema
+    (`ClusterSpec`'s `kv_pull_*` keys) or, for the gRPC puller's own config,
+    by `check_declared`."""
 
-    attempt_timeout_s: float = 2.0
-    deadline_s: float = 10.0
-    backoff_initial_s: float = 0.02
-    backoff_max_s: float = 0.5
+    attempt_timeout_s: float = setting(
+        2.0,
+        doc="One pull attempt's timeout. The KV fault policy (connector/pull_policy.py) is in run seconds: "
+        "virtual in-process, wall (not scaled by time_scale) on Ray.",
+        gt=0,
+        le=MAX_RUN_S,
+    )
+    deadline_s: float = setting(
+        10.0, doc="A whole pull, retries included (and, apart, its done reports).", gt=0, le=MAX_RUN_S
+    )
+    backoff_initial_s: float = setting(0.02, doc="The pause before a retry, doubling ...", gt=0, le=MAX_RUN_S)
+    backoff_max_s: float = setting(0.5, doc="... up to this.", gt=0, le=MAX_RUN_S)
+    # ClusterSpec.kv_hold_timeout_s (null: max(120, 6 x deadline)) gives the value.
     hold_timeout_s: float = 120.0
-    # Pulls beyond this many wait for one to end (per consumer node).
-    max_concurrent_pulls: int = 64
-
-    def __post_init__(self) -> None:
-        for name in ("attempt_timeout_s", "deadline_s", "backoff_initial_s", "backoff_max_s", "hold_timeout_s"):
-            _positive(name, getattr(self, name))
-        if self.backoff_max_s < self.backoff_initial_s:
-            raise ValueError(
-                f"KVFaultPolicy.backoff_max_s={self.backoff_max_s!r} is invalid; "
-                f"allowed: >= backoff_initial_s ({self.backoff_initial_s})"
-            )
-        n = self.max_concurrent_pulls
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"KVFaultPolicy.max_concurrent_pulls={n!r} is invalid; allowed: an int >= 1")
+    max_concurrent_pulls: int = setting(
+        64, doc="Pulls beyond this many wait for one to end (per consumer node).", ge=1, le=100_000
+    )
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,15 @@
-"""Typed, validated engine configuration, shaped like the parts of vLLM's
+"""Typed engine configuration, shaped like the parts of vLLM's
 `SchedulerConfig`, `CacheConfig`, `ParallelConfig`, `KVTransferConfig` and
-`VllmConfig` that the scheduler reads. Validated once, here, with errors that
-name the field and the allowed values."""
+`VllmConfig` that the scheduler reads. The settings a scenario gives are
+declared here, once (`setting()`), and validated once, by the scenario
+schema derived from these declarations (cluster/engine_settings.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
+
+from .setting import MAX_BLOCKS, MAX_SEQS, MAX_TOKENS, setting
 
 SchedulingPolicy = Literal["fcfs", "priority"]
 KVRole = Literal["kv_producer", "kv_consumer", "kv_both"]
@@ -24,114 +27,87 @@ PreemptionGuard = Literal["fixed", "prefix"]
 MODELLED_VLLM_VERSIONS = ("0.33.0",)
 
 
-def _require(cond: bool, field_name: str, value: object, allowed: str) -> None:
-    if not cond:
-        raise ValueError(f"{field_name}={value!r} is invalid; allowed: {allowed}")
-
-
-@dataclass
-class SchedulerConfig:
-    max_num_seqs: int = 128
-    max_num_batched_tokens: int = 8192
-    max_model_len: int = 8192
-    enable_chunked_prefill: bool = True
-    long_prefill_token_threshold: int = 0
-    policy: SchedulingPolicy = "fcfs"
-    async_scheduling: bool = False
-    # vLLM 0.33.0 default: admit a waiting request only if its whole current
-    # sequence fits in the free blocks.
-    scheduler_reserve_full_isl: bool = True
-    watermark: float = 0.0
-    preemption_guard: PreemptionGuard = "fixed"
-    # None = vLLM's gate (consumer-capable role and depth > 1); True/False force it,
-    # the way vLLM's own tests set `scheduler.defer_block_free` by hand.
-    defer_block_free: bool | None = None
-    # The release the node models (one of MODELLED_VLLM_VERSIONS; they behave alike).
-    vllm_version: str = MODELLED_VLLM_VERSIONS[-1]
-
-    def __post_init__(self) -> None:
-        _require(self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs, "an integer >= 1")
-        _require(
-            self.max_num_batched_tokens >= 1, "max_num_batched_tokens", self.max_num_batched_tokens, "an integer >= 1"
-        )
-        _require(self.max_model_len >= 1, "max_model_len", self.max_model_len, "an integer >= 1")
-        _require(
-            self.long_prefill_token_threshold >= 0,
-            "long_prefill_token_threshold",
-            self.long_prefill_token_threshold,
-            "an integer >= 0",
-        )
-        _require(self.policy in ("fcfs", "priority"), "policy", self.policy, "'fcfs' or 'priority'")
-        _require(0.0 <= self.watermark < 1.0, "watermark", self.watermark, "a fraction in [0, 1)")
-        _require(
-            self.preemption_guard in ("fixed", "prefix"),
-            "preemption_guard",
-            self.preemption_guard,
-            "'fixed' (PR #49675) or 'prefix' (pre-fix cascade)",
-        )
-        _require(
-            self.vllm_version in MODELLED_VLLM_VERSIONS,
-            "vllm_version",
-            self.vllm_version,
-            ", ".join(repr(v) for v in MODELLED_VLLM_VERSIONS)
+def check_vllm_version(version: str) -> None:
+    """The one rule for `vllm_version`, with its one message."""
+    if version not in MODELLED_VLLM_VERSIONS:
+        raise ValueError(
+            f"vllm_version={version!r} is invalid; allowed: "
+            + ", ".join(repr(v) for v in MODELLED_VLLM_VERSIONS)
             + " (0.29.0-0.32.0 schedule differently, see docs/deviations.md 'v1: releases';"
-            " preemption_guard='prefix' is 0.29.0's retry without the cascade fix)",
-        )
-        _require(
-            self.defer_block_free in (None, True, False),
-            "defer_block_free",
-            self.defer_block_free,
-            "null (auto gate), true or false",
+            " preemption_guard='prefix' is 0.29.0's retry without the cascade fix)"
         )
 
 
-@dataclass
+# Each setting below is declared once (engine/setting.py): the scenario schema
+# derives its field from the declaration and validates it; these classes
+# trust the values they are built with.
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_seqs: int = setting(128, doc="Requests running at once (vLLM --max-num-seqs)", ge=1, le=MAX_SEQS)
+    max_num_batched_tokens: int = setting(
+        8192, doc="Tokens scheduled per step (vLLM --max-num-batched-tokens)", ge=1, le=MAX_TOKENS
+    )
+    max_model_len: int = setting(
+        8192, doc="Longest sequence, prompt and output (vLLM --max-model-len)", ge=1, le=MAX_TOKENS
+    )
+    enable_chunked_prefill: bool = setting(True, doc="Split long prompts over steps (vLLM --enable-chunked-prefill)")
+    long_prefill_token_threshold: int = setting(
+        0, doc="A prompt chunk's token cap per step; 0: none (vLLM --long-prefill-token-threshold)", ge=0, le=MAX_TOKENS
+    )
+    policy: SchedulingPolicy = setting("fcfs", doc="Waiting-queue order (vLLM --scheduling-policy)")
+    async_scheduling: bool = setting(False, doc="Schedule the next step while one runs: one more batch in flight")
+    scheduler_reserve_full_isl: bool = setting(
+        True,
+        doc="vLLM 0.33.0's default: admit a waiting request only if its whole current sequence fits in the "
+        "free blocks.",
+    )
+    watermark: float = setting(0.0, doc="Share of blocks kept free at admission", ge=0.0, lt=1.0)
+    preemption_guard: PreemptionGuard = setting(
+        "fixed",
+        doc='The preemption retry under the fence: "fixed" (vLLM PR #49675) or "prefix" (the pre-fix cascade, #49674)',
+    )
+    # None = vLLM's gate (consumer-capable role and depth > 1); True/False force it,
+    # the way vLLM's own tests set `scheduler.defer_block_free` by hand. The
+    # scenario's `fence` setting ("auto", "on", "off") says which.
+    defer_block_free: bool | None = None
+    vllm_version: str = setting(
+        MODELLED_VLLM_VERSIONS[-1],
+        doc="The vLLM release the v1 engine models (engine/config.py MODELLED_VLLM_VERSIONS).",
+        check=check_vllm_version,
+    )
+
+
+@dataclass(frozen=True)
 class CacheConfig:
-    num_gpu_blocks: int = 1024
-    block_size: int = 16
-    # vLLM 0.33.0's default: on (engine/block_pool.py, kv_cache_manager.py).
-    enable_prefix_caching: bool = True
+    num_gpu_blocks: int = setting(
+        1024,
+        doc='An int in [2, 1000000], or "auto": sized from GPU memory as vLLM does (needs a roofline cost model).',
+        ge=2,
+        le=MAX_BLOCKS,
+    )
+    block_size: int = setting(16, doc="Tokens per KV block", ge=1, le=1024)
+    enable_prefix_caching: bool = setting(
+        True,
+        doc="Automatic prefix caching, on by default as in vLLM 0.33.0 (v1 only: the v0 engine models 0.5.3 "
+        "with caching off, its default).",
+    )
 
-    def __post_init__(self) -> None:
-        _require(
-            self.num_gpu_blocks >= 2,
-            "num_gpu_blocks",
-            self.num_gpu_blocks,
-            "an integer >= 2 (one block is the reserved null block)",
-        )
-        _require(self.block_size >= 1, "block_size", self.block_size, "an integer >= 1")
 
-
-@dataclass
+@dataclass(frozen=True)
 class ParallelConfig:
+    # NodeSpec.pipeline_parallel_size declares the setting.
     pipeline_parallel_size: int = 1
 
-    def __post_init__(self) -> None:
-        _require(
-            self.pipeline_parallel_size >= 1, "pipeline_parallel_size", self.pipeline_parallel_size, "an integer >= 1"
-        )
 
-
-@dataclass
+@dataclass(frozen=True)
 class KVTransferConfig:
-    kv_role: KVRole = "kv_both"
-    # vLLM 0.33.0: with a connector the default policy is "fail".
-    kv_load_failure_policy: Literal["fail", "recompute"] = "fail"
+    kv_role: KVRole
+    # A node's setting, NodeSpec.kv_load_failure_policy, declares it (vLLM
+    # 0.33.0's own default with a connector is "fail"; the scenario's is "recompute").
+    kv_load_failure_policy: Literal["fail", "recompute"]
     engine_id: str = "engine-0"
-
-    def __post_init__(self) -> None:
-        _require(
-            self.kv_role in ("kv_producer", "kv_consumer", "kv_both"),
-            "kv_role",
-            self.kv_role,
-            "'kv_producer', 'kv_consumer' or 'kv_both'",
-        )
-        _require(
-            self.kv_load_failure_policy in ("fail", "recompute"),
-            "kv_load_failure_policy",
-            self.kv_load_failure_policy,
-            "'fail' or 'recompute'",
-        )
 
     @property
     def is_kv_producer(self) -> bool:

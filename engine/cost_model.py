@@ -23,22 +23,24 @@ from typing import Protocol
 
 # The step's shape lives in its own module so that the roofline can read it
 # without importing this one (which builds roofline models by name).
+from .setting import check_declared, setting
 from .step_shape import StepShape as StepShape
+
+# Bound of one term: an hour per step, per token or per 1k tokens of context.
+MAX_TERM_MS = 3_600_000
 
 
 @dataclass(frozen=True)
 class CostModel:
-    name: str
-    base_ms: float
-    prefill_ms_per_token: float
-    decode_ms_per_token: float
-    context_ms_per_ktoken: float
+    """A linear set. Its terms are declared here (engine/setting.py): the
+    scenario's custom cost model derives its keys from them and validates
+    them; a mapping from elsewhere goes through `from_dict`, which checks."""
 
-    def __post_init__(self) -> None:
-        for field_name in ("base_ms", "prefill_ms_per_token", "decode_ms_per_token", "context_ms_per_ktoken"):
-            value = getattr(self, field_name)
-            if not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"cost model {self.name!r}: {field_name}={value!r} is invalid; allowed: a number >= 0")
+    name: str
+    base_ms: float = setting(doc="Every step's fixed time.", ge=0, le=MAX_TERM_MS)
+    prefill_ms_per_token: float = setting(doc="Per prompt token scheduled.", ge=0, le=MAX_TERM_MS)
+    decode_ms_per_token: float = setting(doc="Per decode token scheduled.", ge=0, le=MAX_TERM_MS)
+    context_ms_per_ktoken: float = setting(doc="Per 1,000 tokens of context attended to.", ge=0, le=MAX_TERM_MS)
 
     def step_time(self, shape: StepShape) -> float:
         """Seconds for one step of this shape; an empty step costs nothing."""
@@ -67,6 +69,10 @@ class CostModel:
         unknown = set(data) - allowed
         if unknown:
             raise ValueError(f"cost model: unknown field(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+        for name in sorted(allowed - {"name"}):
+            if name not in data:
+                raise ValueError(f"cost model: {name} is missing; allowed: a number >= 0")
+            check_declared(cls, name, data[name], "CostModel")
         return cls(**{"name": "custom", **data})
 
     def to_dict(self) -> dict:

@@ -21,11 +21,15 @@ gets back when the work is done. The proxy calls it on both runtimes.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from functools import cache
 from typing import Any
 
 from .model_shape import DATA_DIR
+from .setting import check_declared, setting
+
+# A term's bound (ms or us): an hour.
+MAX_TERM_MS = 3_600_000
 
 FRONT_END_FILE = "front_end.json"
 # What a scenario gets unless it says otherwise: the preset fitted on
@@ -37,16 +41,24 @@ DEFAULT_FRONT_END = "vllm-0.11"
 class FrontEndParams:
     """The API server's per-request and per-token CPU time, and the IPC hop."""
 
-    request_ms: float = 0.0  # parse, validate, chat template, stream set-up: per request
-    prompt_token_us: float = 0.0  # tokenization: per prompt token
-    output_token_us: float = 0.0  # detokenization and SSE: per output token
-    ipc_ms: float = 0.0  # API server <-> engine core, one way (a latency, not queued)
+    # Declared here (engine/setting.py); the scenario's `cluster.front_end`
+    # overrides a preset's values of them, and the schema validates those;
+    # values read from a file (a preset, a fitted set) go through `checked_front_end`.
+    request_ms: float = setting(
+        0.0, doc="Parse, validate, chat template, stream set-up: per request.", ge=0, le=MAX_TERM_MS
+    )
+    prompt_token_us: float = setting(0.0, doc="Tokenization: per prompt token.", ge=0, le=MAX_TERM_MS)
+    output_token_us: float = setting(0.0, doc="Detokenization and SSE: per output token.", ge=0, le=MAX_TERM_MS)
+    ipc_ms: float = setting(
+        0.0, doc="API server <-> engine core, one way (a latency, not queued).", ge=0, le=MAX_TERM_MS
+    )
 
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 3_600_000:
-                raise ValueError(f"front_end: {f.name}={v!r} is invalid; allowed: a number in [0, 3600000]")
+    def scaled(self, time_scale: float) -> FrontEndParams:
+        """The same terms in run seconds on a wall clock that sleeps
+        `time_scale` seconds per modelled second."""
+        if time_scale == 1.0:
+            return self
+        return FrontEndParams(**{f.name: getattr(self, f.name) * time_scale for f in fields(self)})
 
     @property
     def is_off(self) -> bool:
@@ -54,6 +66,14 @@ class FrontEndParams:
 
 
 PARAM_NAMES = tuple(f.name for f in fields(FrontEndParams))
+
+
+def checked_front_end(values: dict[str, Any]) -> FrontEndParams:
+    """Terms read from a file (a shipped preset, a fitted set), checked
+    against their declarations; the scenario's own go through its schema."""
+    for name, value in values.items():
+        check_declared(FrontEndParams, name, value, "front_end")
+    return FrontEndParams(**values)
 
 
 @cache
@@ -74,7 +94,7 @@ def front_end_params(preset: str = "off", **overrides: float) -> FrontEndParams:
     if unknown:
         raise ValueError(f"front_end: unknown field(s) {sorted(unknown)}; allowed: {sorted(PARAM_NAMES)}")
     base = {k: v for k, v in presets[preset].items() if k in PARAM_NAMES}
-    return FrontEndParams(**{**base, **overrides})
+    return replace(checked_front_end(base), **overrides)
 
 
 class FrontEnd:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from .block_hash import update_block_hashes
 from .config import CacheConfig, KVTransferConfig, ParallelConfig, SchedulerConfig, VllmConfig
@@ -23,6 +23,7 @@ from .records import StepRecord
 from .request import Request
 from .sampler import DeterministicSampler
 from .scheduler import Scheduler, create_scheduler_for
+from .setting import MAX_BLOCKS, MAX_PP, setting
 from .shadow_kv import ShadowKVStore
 from .v0.engine_adapter import V0SchedulerAdapter
 from .v0.node_setup import create_v0_scheduler
@@ -30,31 +31,33 @@ from .v0.node_setup import create_v0_scheduler
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """Everything that defines a node; validated by the engine configs."""
+    """Everything that defines a node. The settings among these are declared
+    here (engine/setting.py) and validated by the scenario schema; a spec is
+    built from already-valid values and checks nothing again."""
 
     name: str
     kv_role: str | None  # "kv_producer" | "kv_consumer" | "kv_both" | None
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
-    pipeline_parallel_size: int = 1
-    kv_load_failure_policy: str = "recompute"
+    pipeline_parallel_size: int = setting(
+        1, doc="Pipeline stages per node (vLLM --pipeline-parallel-size)", ge=1, le=MAX_PP
+    )
+    kv_load_failure_policy: Literal["recompute", "fail"] = setting(
+        "recompute", doc="A failed KV load: recompute the prompt locally, or fail the request (vLLM's default)"
+    )
+    # The sampler's seed + the run's (ClusterSpec.node_specs).
     sampler_seed: int = 0
-    stop_probability: float = 0.0
-    shadow_kv: bool = True
+    stop_probability: float = setting(
+        0.0, doc="Chance that a sampled token is EOS; requests stop there unless ignore_eos.", ge=0.0, le=1.0
+    )
+    shadow_kv: bool = setting(True, doc="Track every KV block's content, to catch corruption (engine/shadow_kv.py)")
     address: str = ""
-    # "v1" or "v0" (vLLM 0.5.3's legacy scheduler); the next two are v0 only.
-    engine: str = "v1"
-    num_cpu_blocks: int = 0  # swap space, in blocks
-    preemption_mode: str | None = None  # None (vLLM's auto), "recompute" or "swap"
-
-    def __post_init__(self) -> None:
-        if self.engine not in ("v1", "v0"):
-            raise ValueError(f"node {self.name!r}: engine={self.engine!r} is invalid; allowed: 'v1' or 'v0'")
-        if self.engine == "v1" and (self.num_cpu_blocks or self.preemption_mode is not None):
-            raise ValueError(
-                f"node {self.name!r}: num_cpu_blocks={self.num_cpu_blocks!r} and preemption_mode="
-                f"{self.preemption_mode!r} are v0 settings; allowed with engine v1: 0 and null"
-            )
+    engine: Literal["v1", "v0"] = setting("v1", doc="The scheduler: v1 (vLLM 0.33.0) or v0 (vLLM 0.5.3's legacy one)")
+    num_cpu_blocks: int = setting(0, doc="v0 only: CPU swap space, in blocks.", ge=0, le=MAX_BLOCKS)
+    preemption_mode: Literal["auto", "recompute", "swap"] = setting(
+        "auto",
+        doc='v0 only: "auto" is vLLM 0.5.3\'s (recompute for one-sequence requests, which all of ours are).',
+    )
 
     def vllm_config(self) -> VllmConfig:
         return VllmConfig(
@@ -97,7 +100,7 @@ class NodeCore:
                 spec.cache,
                 spec.pipeline_parallel_size,
                 spec.num_cpu_blocks,
-                spec.preemption_mode,
+                None if spec.preemption_mode == "auto" else spec.preemption_mode,
             )
             depth = 1  # v0 has no batch queue
             if spec.num_cpu_blocks:

@@ -24,8 +24,10 @@ docs/cost-model.md.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
 
 from .model_shape import GPUSpec, ModelShape, get_gpu, get_model
+from .setting import MAX_PP, check_declared, setting
 from .step_shape import StepShape
 
 GiB = 1024**3
@@ -52,8 +54,12 @@ CUDAGRAPH_GiB = 1.0
 # one 8-bit scale per 32: 4.25 bits), attention and embeddings in BF16, the
 # GEMMs at the BF16 peak (weight-only kernels on Hopper and older).
 DTYPES = ("auto", "bf16", "fp8", "mxfp4")
+WeightDtype = Literal["auto", "bf16", "fp8", "mxfp4"]
+KVCacheDtype = Literal["auto", "bf16", "fp8"]
 DTYPE_BYTES = {"bf16": 2, "fp8": 1}
 MXFP4_BYTES = 4.25 / 8
+# Bound of a host time term (ms or us): an hour.
+MAX_HOST_TERM = 3_600_000
 
 
 @dataclass(frozen=True)
@@ -65,26 +71,25 @@ class RooflineParams:
     # rows + c x tokens: a per step (ms), b per scheduled sequence (us),
     # c per scheduled token (us). docs/cost-model.md, "Host time", has the
     # profiles and the fit the defaults come from.
-    host_overhead_ms: float = 1.0
-    host_per_seq_us: float = 0.0
-    host_per_token_us: float = 0.0
-    # Share of peak FLOPS the GEMMs reach, and the attention kernels.
-    compute_efficiency: float = 0.5
-    attention_efficiency: float = 0.35
-    # Share of peak memory bandwidth weight and KV reads reach.
-    memory_efficiency: float = 0.8
-    # Fixed cost of one all-reduce or one pipeline hand-over (launch + sync).
-    collective_latency_us: float = 8.0
-
-    def __post_init__(self) -> None:
-        for name in ("compute_efficiency", "attention_efficiency", "memory_efficiency"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
-                raise ValueError(f"roofline: {name}={v!r} is invalid; allowed: a number in (0, 1]")
-        for name in ("host_overhead_ms", "host_per_seq_us", "host_per_token_us", "collective_latency_us"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ValueError(f"roofline: {name}={v!r} is invalid; allowed: a number >= 0")
+    # Each factor is declared here (engine/setting.py): the scenario's roofline
+    # mapping derives its keys from these; `from_dict` checks values read
+    # from files (presets, gpus.json, fitted sets) against them.
+    host_overhead_ms: float = setting(
+        1.0,
+        doc="Host time per step: host_overhead_ms + host_per_seq_us x rows + host_per_token_us x tokens.",
+        ge=0,
+        le=MAX_HOST_TERM,
+    )
+    host_per_seq_us: float = setting(0.0, doc="Host time per scheduled sequence.", ge=0, le=MAX_HOST_TERM)
+    host_per_token_us: float = setting(0.0, doc="Host time per scheduled token.", ge=0, le=MAX_HOST_TERM)
+    compute_efficiency: float = setting(0.5, doc="Share of peak FLOPS the GEMMs reach.", gt=0, le=1)
+    attention_efficiency: float = setting(0.35, doc="Share of peak FLOPS the attention kernels reach.", gt=0, le=1)
+    memory_efficiency: float = setting(
+        0.8, doc="Share of peak memory bandwidth the weight and KV reads reach.", gt=0, le=1
+    )
+    collective_latency_us: float = setting(
+        8.0, doc="Fixed cost of one all-reduce or one pipeline hand-over (launch + sync).", ge=0, le=MAX_HOST_TERM
+    )
 
 
 PARAM_NAMES = tuple(RooflineParams.__dataclass_fields__)
@@ -95,30 +100,22 @@ class RooflineCostModel:
     name: str
     model: ModelShape
     gpu: GPUSpec
-    tp: int = 1
-    pp: int = 1
+    tp: int = setting(1, doc="Tensor-parallel GPUs per pipeline stage.", ge=1, le=MAX_PP)
+    pp: int = setting(1, doc="Pipeline stages the model's layers are split over.", ge=1, le=MAX_PP)
     params: RooflineParams = field(default_factory=RooflineParams)
     # Weights' and KV cache's dtype (DTYPES): "fp8" reads one byte per value
     # and runs the GEMMs at the GPU's FP8 peak (the KV cache: one byte per
     # value read, written, moved and stored; attention stays at the 16-bit
     # peak, which is what FlashAttention runs after dequantising).
-    dtype: str = "auto"
-    kv_cache_dtype: str = "auto"
-
-    def __post_init__(self) -> None:
-        for n in ("dtype", "kv_cache_dtype"):
-            v = getattr(self, n)
-            if v not in DTYPES:
-                raise ValueError(f"cost model {self.name!r}: {n}={v!r} is invalid; allowed: {list(DTYPES)}")
-        for n in ("tp", "pp"):
-            v = getattr(self, n)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"cost model {self.name!r}: {n}={v!r} is invalid; allowed: an int >= 1")
-        if self.pp > self.model.num_hidden_layers:
-            raise ValueError(
-                f"cost model {self.name!r}: pp={self.pp} is invalid; allowed: <= num_hidden_layers "
-                f"({self.model.num_hidden_layers})"
-            )
+    dtype: WeightDtype = setting(
+        "auto",
+        doc='Weights\' dtype: "auto" (the checkpoint\'s), "bf16", or "fp8" (vLLM --quantization fp8: one byte '
+        'per weight, GEMMs at the GPU\'s FP8 peak), or "mxfp4" (gpt-oss: MoE experts at 4.25 bits).',
+    )
+    kv_cache_dtype: KVCacheDtype = setting(
+        "auto",
+        doc='KV cache dtype: "auto" (the checkpoint\'s) or "fp8" (vLLM --kv-cache-dtype fp8: one byte per value).',
+    )
 
     # -- step time -----------------------------------------------------------
     def step_time(self, shape: StepShape) -> float:
@@ -300,14 +297,30 @@ class RooflineCostModel:
         unknown_factors = set(given) - set(PARAM_NAMES)
         if unknown_factors:
             raise ValueError(f"gpu {gpu.name!r}: unknown efficiency factor(s) {sorted(unknown_factors)}")
-        params = RooflineParams(**given)
+        name = str(data.get("name", "custom"))
+        for key, value in given.items():
+            check_declared(RooflineParams, key, value, "roofline")
+        model = get_model(data["model"])
+        for n in ("dtype", "kv_cache_dtype"):
+            if data.get(n, "auto") not in DTYPES:
+                raise ValueError(f"cost model {name!r}: {n}={data[n]!r} is invalid; allowed: {list(DTYPES)}")
+        for n in ("tp", "pp"):
+            v = data.get(n, 1)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"cost model {name!r}: {n}={v!r} is invalid; allowed: an int >= 1")
+            check_declared(cls, n, v, f"cost model {name!r}")
+        if data.get("pp", 1) > model.num_hidden_layers:
+            raise ValueError(
+                f"cost model {name!r}: pp={data['pp']} is invalid; allowed: <= num_hidden_layers "
+                f"({model.num_hidden_layers})"
+            )
         return cls(
-            name=str(data.get("name", "custom")),
-            model=get_model(data["model"]),
+            name=name,
+            model=model,
             gpu=gpu,
             tp=data.get("tp", 1),
             pp=data.get("pp", 1),
-            params=params,
+            params=RooflineParams(**given),
             dtype=data.get("dtype", "auto"),
             kv_cache_dtype=data.get("kv_cache_dtype", "auto"),
         )

@@ -23,12 +23,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from engine.setting import MAX_TERM_S, setting
+
 
 @dataclass(frozen=True)
 class ProxyTimeline:
-    prefill_request_s: float = 0.0
-    prefill_reply_s: float = 0.0
-    decode_request_s: float = 0.0
+    """The legs, declared here (engine/setting.py); the scenario's
+    `cluster.kv_transfer` overrides a preset's values of them."""
+
+    prefill_request_s: float = setting(
+        0.0, doc="The proxy's HTTP leg: the prompt-only request to a prefill instance.", ge=0, le=MAX_TERM_S
+    )
+    prefill_reply_s: float = setting(
+        0.0, doc="The prefill's reply with kv_transfer_params, back through the proxy.", ge=0, le=MAX_TERM_S
+    )
+    decode_request_s: float = setting(
+        0.0, doc="The second request, with those params, to a decode instance.", ge=0, le=MAX_TERM_S
+    )
 
     def scaled(self, time_scale: float) -> ProxyTimeline:
         """The same legs in run seconds on a wall clock that sleeps

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from engine.front_end import FrontEndParams
+from engine.front_end import FrontEndParams, checked_front_end
 from engine.model_shape import get_gpu
 from engine.roofline import RooflineParams
 
@@ -80,7 +80,7 @@ class Fitted:
 
     @classmethod
     def from_dict(cls, data: dict) -> Fitted:
-        return cls(dict(data["classes"]), dict(data["host"]), FrontEndParams(**data["front_end"]))
+        return cls(dict(data["classes"]), dict(data["host"]), checked_front_end(dict(data["front_end"])))
 
 
 def gpu_class(point: Point) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import replace
 from functools import partial
 from operator import attrgetter
 
@@ -32,9 +31,11 @@ from proxy.ports import ProxyPorts
 from proxy.proxy import Proxy
 
 from ..chaos import ChaosConfig, Fault, chaos_report
+from ..engine_settings import NodeGroup
 from ..invariants import check_requests
+from ..link_settings import LinkSettings
 from ..run_result import RunResult, kv_pull_summary
-from ..spec import ClusterSpec, LinkSettings, NodeGroup, NodePlan
+from ..spec import ClusterSpec, NodePlan
 from .clock import EventLoop
 from .collector import collector_paused
 from .executor import VirtualPipelineExecutor
@@ -68,9 +69,7 @@ class InProcCluster:
         self._kv_links: dict[tuple[str, str], Link] = {}
         # Deterministic per seed: the virtual clock has no outsider to keep out,
         # but runs the same ticket checks as Ray (where the key is random).
-        self._settings = replace(
-            spec.node_settings(), ticket_key=hashlib.sha256(f"inproc-run/{seed}".encode()).digest()
-        )
+        self._settings = spec.node_settings(ticket_key=hashlib.sha256(f"inproc-run/{seed}".encode()).digest())
         self.nodes: dict[str, NodeRole] = {}
         self.prefill_nodes: list[NodeRole] = []
         self.decode_nodes: list[NodeRole] = []

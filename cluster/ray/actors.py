@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import replace
 
 from cluster.ray.env import ray
 from cluster.wall.node_host import WallNodeHost, WallNodeSettings
@@ -126,8 +125,9 @@ class PrefillNodeActor(_NodeShell):
         index: int = 0,
     ) -> None:
         self._init_shell(observer_factory, index)
-        settings = replace(settings, kv_host=ray.util.get_node_ip_address())
-        self.host = WallNodeHost("prefill", spec, settings, on_step=self._on_step)
+        self.host = WallNodeHost(
+            "prefill", spec, settings, on_step=self._on_step, kv_host=ray.util.get_node_ip_address()
+        )
 
     async def start(self) -> ActorInfo:
         address = await self.host.start()

@@ -29,7 +29,7 @@ from cluster.ray.env import ray
 from cluster.wall.auth import AuthError, challenge
 from cluster.wall.clock import RunClock
 from cluster.wall.frames import FrameConnection, FrameError, serve
-from cluster.wall.proxy_links import settings_for, wall_proxy
+from cluster.wall.proxy_links import wall_proxy
 from node.messages import ProxyMessage, RequestMessage
 from proxy.client import ClientEvent, Submission
 
@@ -57,13 +57,12 @@ class ProxyServer:
         self.names = set(prefill) | set(decode)
         self.clock = clock
         self.proxy, self.links = wall_proxy(
-            settings_for(spec.proxy_settings(), prefill, decode),
+            spec.proxy_settings(prefill, decode, time_scale=spec.time_scale),
             spec.links.proxy.to_spec(),
             seed,
             clock,
             self._send,
             publish,
-            time_scale=spec.time_scale,
         )
         self.secret = secret
         self.conns: dict[str, FrameConnection] = {}

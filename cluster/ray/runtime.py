@@ -37,7 +37,7 @@ import logging
 import time
 
 from cluster.ray.env import ray
-from cluster.wall.auth import new_run_secret
+from cluster.wall.auth import derive_key, new_run_secret
 from cluster.wall.clock import RunClock
 from cluster.wall.node_host import WallNodeSettings
 from engine.records import WorkloadRequest
@@ -188,10 +188,11 @@ class _RayRun:
         # arguments (Ray's own channels; never logged): docs/security.md.
         self.secret = new_run_secret()
 
-    def _settings(self, index: int) -> WallNodeSettings:
+    def _settings(self, index: int, name: str) -> WallNodeSettings:
         s = self.spec
         return WallNodeSettings(
-            node=s.node_settings(time_scale=s.time_scale),
+            # The node's KV tickets are keyed from the run's secret (docs/security.md).
+            node=s.node_settings(time_scale=s.time_scale, ticket_key=derive_key(self.secret, f"tickets/{name}")),
             stage_link=s.links.stage.to_spec(),
             kv_link=s.links.kv.to_spec(),
             link_seed=self.seed * 1000 + index + 1,
@@ -204,10 +205,23 @@ class _RayRun:
             actor_name = f"{self.name}-{node_spec.name}"
             options = {"name": actor_name, **node_actor_options(role, resources)}
             if role == "prefill":
-                actor = spawn(PrefillNodeActor, options, node_spec, self._settings(index), self.observer_factory, index)
+                actor = spawn(
+                    PrefillNodeActor,
+                    options,
+                    node_spec,
+                    self._settings(index, node_spec.name),
+                    self.observer_factory,
+                    index,
+                )
             else:
                 actor = spawn(
-                    DecodeNodeActor, options, node_spec, self._settings(index), actor_name, self.observer_factory, index
+                    DecodeNodeActor,
+                    options,
+                    node_spec,
+                    self._settings(index, node_spec.name),
+                    actor_name,
+                    self.observer_factory,
+                    index,
                 )
             self.handle.track(actor)
             self.nodes[node_spec.name] = actor

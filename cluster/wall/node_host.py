@@ -17,7 +17,6 @@ Ray's actor shells (`cluster.ray.actors`) wrap a host and only forward.
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -50,12 +49,10 @@ class WallNodeSettings:
     kv_link: LinkSpec | None = None
     # Seeds every link this node opens (channels in the order they are opened).
     link_seed: int = 0
-    # Host the producer's KV server binds and advertises.
-    kv_host: str = "127.0.0.1"
     # The run's shared secret (docs/security.md): authenticates the proxy
-    # channel, the stage links and (as a derived token) every KV call, and
-    # keys this node's KV tickets. None: no authentication (tests that build
-    # nodes by hand); tickets are then keyed at random.
+    # channel, the stage links and (as a derived token) every KV call. None:
+    # no authentication (tests that build nodes by hand). The KV tickets'
+    # key is `node.ticket_key` (the Ray driver derives it from this secret).
     secret: bytes | None = field(default=None, repr=False)
     # TLS of the KV handoff (certificates; the token comes from `secret`).
     kv_tls: KVSecurity | None = None
@@ -73,7 +70,10 @@ class WallNodeHost:
         settings: WallNodeSettings,
         runner: StepRunner | None = None,
         on_step: Callable[[StepRecord], None] | None = None,
+        kv_host: str = "127.0.0.1",
     ) -> None:
+        """`kv_host`: the address a producer's KV server binds and advertises,
+        the machine the host runs on (known there only: a Ray actor asks Ray)."""
         if role not in ("prefill", "decode"):
             raise ValueError(f"role={role!r} is invalid; allowed: 'prefill' or 'decode'")
         self.role = role
@@ -86,9 +86,8 @@ class WallNodeHost:
             stage_link = Link(link, seed=settings.link_seed) if pp > 1 and link is not None else None
             runner = LocalPipeline(pp, self.clock, stage_link)
         self.executor = WallExecutor(runner)
-        secret = settings.secret
-        ticket_key = derive_key(secret, f"tickets/{spec.name}") if secret is not None else secrets.token_bytes(32)
-        node_settings = replace(settings.node, ticket_key=ticket_key)
+        # Its KV tickets' key comes with its settings (the driver derives it from the run's secret).
+        node_settings = settings.node
         on_release = self._on_release if role == "prefill" else None
         self.channel = ProxyChannel(spec.name, self._on_requests, on_release, settings.secret, self._on_abort)
         ports = NodePorts(self.clock, self.executor, self.channel.emit)
@@ -98,9 +97,7 @@ class WallNodeHost:
         self.node: PrefillNode | DecodeNode
         if role == "prefill":
             self.node = PrefillNode(spec, node_settings, ports, on_step)
-            self.server = KVHandoffServer(
-                self.node, on_done=self.node.on_done_report, host=settings.kv_host, security=security
-            )
+            self.server = KVHandoffServer(self.node, on_done=self.node.on_done_report, host=kv_host, security=security)
         else:
             self.kv = GrpcKVTransport(
                 link=settings.kv_link,

@@ -11,16 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 
 from connector.link import Link, LinkSpec
-from engine.front_end import PARAM_NAMES, FrontEnd, FrontEndParams
 from node.messages import MessageError, NodeEvent, ProxyMessage, event_from_wire
 from proxy.client import ClientEvent, EventPublisher
 from proxy.ports import ProxyPorts, ProxySettings
 from proxy.proxy import Proxy
-from proxy.timeline import FrontEnd as FrontEndLike
 
 from .clock import RunClock
 from .delay_line import DelayedMailbox
@@ -97,17 +94,11 @@ def wall_proxy(
     clock: RunClock,
     send_to_node: Callable[[str, list[ProxyMessage]], None],
     publish: Callable[[list[ClientEvent]], None],
-    time_scale: float = 1.0,
 ) -> tuple[Proxy, WallProxyLinks]:
     """The proxy role on wall-clock links: its client events go to `publish`;
-    its timeline's legs (modelled seconds) become `time_scale` wall seconds
-    each, timers on the running event loop."""
+    its timeline's legs (run seconds: `ClusterSpec.proxy_settings(time_scale=...)`)
+    are timers on the running event loop."""
     links = WallProxyLinks(clock, [*settings.prefill, *settings.decode], link_spec, seed, send_to_node)
-    settings = replace(
-        settings,
-        timeline=settings.timeline.scaled(time_scale),
-        front_end=scaled_front_end(settings.front_end, time_scale),
-    )
 
     def call_later(delay: float, fn: Callable[[], None]) -> None:
         asyncio.get_running_loop().call_later(delay, fn)
@@ -115,16 +106,3 @@ def wall_proxy(
     proxy = Proxy(settings, ProxyPorts(clock.now, links.send, EventPublisher(publish), call_later=call_later))
     links.proxy = proxy
     return proxy, links
-
-
-def settings_for(settings: ProxySettings, prefill: list[str], decode: list[str]) -> ProxySettings:
-    """`settings` routing over the named nodes (a Ray run's live actors)."""
-    return replace(settings, prefill=tuple(prefill), decode=tuple(decode))
-
-
-def scaled_front_end(front_end: FrontEndLike, time_scale: float) -> FrontEndLike:
-    """The API server's terms (modelled seconds) as `time_scale` wall seconds."""
-    if not isinstance(front_end, FrontEnd) or time_scale == 1.0:
-        return front_end
-    p = front_end.params
-    return FrontEnd(FrontEndParams(**{name: getattr(p, name) * time_scale for name in PARAM_NAMES}))

@@ -13,6 +13,7 @@ import grpc
 
 from connector.pull_policy import KVFaultPolicy
 from connector.transport import PullFailure
+from engine.setting import check_declared
 
 from .wire import MAX_MESSAGE_BYTES, validate_chunk_bytes
 
@@ -53,10 +54,14 @@ class PullerConfig:
     max_message_bytes: int = MAX_MESSAGE_BYTES
 
     def __post_init__(self) -> None:
-        try:  # the times and the concurrency cap are the shared policy's: it validates them
-            self.fault_policy()
-        except ValueError as err:
-            raise ValueError(str(err).replace("KVFaultPolicy.", "PullerConfig.")) from None
+        # The times and the concurrency cap are the shared policy's settings: its declaration bounds them.
+        for name in ("attempt_timeout_s", "deadline_s", "backoff_initial_s", "backoff_max_s", "max_concurrent_pulls"):
+            check_declared(KVFaultPolicy, name, getattr(self, name), "PullerConfig")
+        if self.backoff_max_s < self.backoff_initial_s:
+            raise ValueError(
+                f"PullerConfig.backoff_max_s={self.backoff_max_s!r} is invalid; "
+                f"allowed: >= backoff_initial_s ({self.backoff_initial_s})"
+            )
         if self.max_chunk_bytes != 0:
             try:
                 validate_chunk_bytes(self.max_chunk_bytes)

@@ -1,9 +1,11 @@
 """Configuration of the legacy v0 scheduler, shaped like vLLM 0.5.3.post1's
 `SchedulerConfig` and `CacheConfig` (`vllm/config.py`).
 
-Only what the scheduler and its v1 block manager read. Validation happens once,
-here, with vLLM's own rules (e.g. without chunked prefill the token budget must
-cover `max_model_len`) and errors that name the field and what is allowed.
+Only what the scheduler and its v1 block manager read, with vLLM 0.5.3's own
+defaults. Each value's type and bounds are the scenario schema's to check (a
+node's settings are declared on the v1 classes, engine/setting.py); what stays
+here is vLLM's own `_verify_args` (e.g. without chunked prefill the token
+budget must cover `max_model_len`), with errors that name what is allowed.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class SchedulerConfig:
     """`max_num_batched_tokens=None` takes vLLM's default: 512 with chunked
     prefill, else `max(max_model_len, 2048)`. `preemption_mode`: None (auto:
     RECOMPUTE for a one-sequence group, which is every group here), "swap" or
-    "recompute" (vLLM treats any other string as recompute; we reject it)."""
+    "recompute" (vLLM treats any other string as recompute; the scenario schema refuses it)."""
 
     max_num_batched_tokens: int | None = None
     max_num_seqs: int = 256
@@ -36,32 +38,8 @@ class SchedulerConfig:
     preemption_mode: str | None = None
 
     def __post_init__(self) -> None:
-        _require(
-            isinstance(self.max_num_seqs, int) and self.max_num_seqs >= 1,
-            "max_num_seqs",
-            self.max_num_seqs,
-            "an integer >= 1",
-        )
-        _require(
-            isinstance(self.max_model_len, int) and self.max_model_len >= 1,
-            "max_model_len",
-            self.max_model_len,
-            "an integer >= 1",
-        )
-        _require(
-            self.preemption_mode in (None, "swap", "recompute"),
-            "preemption_mode",
-            self.preemption_mode,
-            "null (auto), 'swap' or 'recompute'",
-        )
         if self.max_num_batched_tokens is None:
             self.max_num_batched_tokens = 512 if self.enable_chunked_prefill else max(self.max_model_len, 2048)
-        _require(
-            isinstance(self.max_num_batched_tokens, int) and self.max_num_batched_tokens >= 1,
-            "max_num_batched_tokens",
-            self.max_num_batched_tokens,
-            "an integer >= 1 or null (vLLM's default)",
-        )
         # vLLM's SchedulerConfig._verify_args, same two rules.
         if self.max_num_batched_tokens < self.max_model_len and not self.enable_chunked_prefill:
             raise ValueError(
@@ -88,27 +66,6 @@ class CacheConfig:
     num_cpu_blocks: int = 0
     block_size: int = 16
     watermark: float = DEFAULT_WATERMARK
-
-    def __post_init__(self) -> None:
-        _require(
-            isinstance(self.num_gpu_blocks, int) and self.num_gpu_blocks >= 1,
-            "num_gpu_blocks",
-            self.num_gpu_blocks,
-            "an integer >= 1",
-        )
-        _require(
-            isinstance(self.num_cpu_blocks, int) and self.num_cpu_blocks >= 0,
-            "num_cpu_blocks",
-            self.num_cpu_blocks,
-            "an integer >= 0 (0 = no swap space)",
-        )
-        _require(
-            isinstance(self.block_size, int) and self.block_size >= 1,
-            "block_size",
-            self.block_size,
-            "an integer >= 1 (vLLM uses 8, 16 or 32)",
-        )
-        _require(0.0 <= self.watermark < 1.0, "watermark", self.watermark, "a fraction in [0, 1)")
 
     @staticmethod
     def num_cpu_blocks_for_swap_space(swap_space_gib: float, cache_block_bytes: int) -> int:

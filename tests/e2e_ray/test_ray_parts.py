@@ -10,14 +10,13 @@ import pytest
 
 from cluster.ray.cluster import RayClusterHandle
 from cluster.ray.runtime import parse_faults
+from cluster.spec import ClusterSpec
 from cluster.wall.clock import RunClock
 from cluster.wall.delay_line import DelayedMailbox
 from cluster.wall.frames import FrameConnection, serve
-from cluster.wall.proxy_links import settings_for, wall_proxy
+from cluster.wall.proxy_links import wall_proxy
 from connector.link import Link, LinkSpec
-from engine.cost_model import get_cost_model
 from node.messages import RequestMessage
-from node.settings import NodeSettings
 from proxy.client import Arrived, Breakdown, Finished, Scheduled, Submission, Tokens
 
 from .conftest import make_spec
@@ -80,7 +79,7 @@ class _Harness:
         # The API server off: messages go out in the next loop pass (these tests settle for 10 ms).
         spec = make_spec(routing=routing, front_end={"preset": "off"})
         self.proxy, self.links = wall_proxy(
-            settings_for(spec.proxy_settings(), list(prefill), list(decode)),
+            spec.proxy_settings(list(prefill), list(decode)),
             spec.links.proxy.to_spec(),
             0,
             RunClock.starting_now(),
@@ -195,8 +194,8 @@ def test_faults_name_a_node_and_a_time():
 
 
 def test_settings_and_handle_reject_bad_values_with_the_allowed_range():
-    with pytest.raises(ValueError, match="time_scale=0 is invalid; allowed: a number > 0"):
-        NodeSettings(cost_model=get_cost_model("unit"), time_scale=0)
+    with pytest.raises(ValueError, match=r"time_scale\n  Input should be greater than or equal to 0.0001"):
+        ClusterSpec(time_scale=0)
     with pytest.raises(ValueError, match="address=''"):
         RayClusterHandle(address="")
     with pytest.raises(ValueError, match="object_store_memory"):

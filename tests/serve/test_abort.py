@@ -90,13 +90,13 @@ class _Router:
 
     def __init__(self) -> None:
         from cluster.wall.clock import RunClock
-        from cluster.wall.proxy_links import settings_for, wall_proxy
+        from cluster.wall.proxy_links import wall_proxy
 
         self.sent: list = []
         self.events: list = []
         spec = serve_spec(front_end={"preset": "off"})  # messages in the next loop pass, not after the API server
         self.proxy, self.links = wall_proxy(
-            settings_for(spec.proxy_settings(), ["prefill-0"], ["decode-0"]),
+            spec.proxy_settings(["prefill-0"], ["decode-0"]),
             spec.links.proxy.to_spec(),
             0,
             RunClock.starting_now(),

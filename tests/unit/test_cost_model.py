@@ -28,8 +28,11 @@ def test_bad_cost_models_are_named():
         get_cost_model("nope")
     with pytest.raises(ValueError, match="unknown field"):
         get_cost_model({"base": 1})
-    with pytest.raises(ValueError, match="base_ms=-1"):
-        CostModel("x", -1, 0, 0, 0)
+    terms = {"prefill_ms_per_token": 0, "decode_ms_per_token": 0, "context_ms_per_ktoken": 0}
+    with pytest.raises(ValueError, match=r"CostModel.base_ms=-1 is invalid; allowed: >= 0"):
+        get_cost_model({"name": "x", "base_ms": -1, **terms})  # a mapping from a file, checked
+    with pytest.raises(ValueError, match="base_ms is missing"):
+        get_cost_model(terms)
 
 
 def test_decode_step_time_is_step_time_of_the_decode_shape_bit_for_bit():

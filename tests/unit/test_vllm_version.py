@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.spec import EngineSettings
-from engine.config import MODELLED_VLLM_VERSIONS, SchedulerConfig
+from cluster.engine_settings import EngineSettings
+from engine.config import MODELLED_VLLM_VERSIONS, SchedulerConfig, check_vllm_version
 
 
 def test_default_is_the_release_the_engine_core_models():
@@ -21,7 +21,7 @@ def test_every_modelled_release_is_accepted_and_reaches_the_scheduler(version):
 
 def test_a_release_with_other_behaviour_is_refused_with_the_allowed_values():
     with pytest.raises(ValueError) as info:
-        SchedulerConfig(vllm_version="0.29.0")
+        check_vllm_version("0.29.0")
     text = str(info.value)
     assert "vllm_version='0.29.0' is invalid; allowed: " in text
     assert all(repr(v) in text for v in MODELLED_VLLM_VERSIONS)

@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from cluster.spec import ClusterSpec
 from engine.v0 import AllocStatus, BlockSpaceManagerV1, CacheConfig, Scheduler, SchedulerConfig, SequenceStatus
 from engine.v0.policy import PolicyFactory
 from engine.v0.testing import engine_step, ids, make_seq_group
@@ -212,17 +213,27 @@ def test_the_only_policy_is_fcfs_sorting_by_arrival_stably():
     assert ids(PolicyFactory.get_policy("fcfs").sort_by_priority(10.0, groups)) == ["w", "y", "x", "z"]
 
 
+def test_scheduler_config_keeps_vllms_own_rules():
+    with pytest.raises(ValueError, match=r"must be >= max_num_seqs"):
+        SchedulerConfig(max_num_batched_tokens=4, max_num_seqs=8, enable_chunked_prefill=True)
+
+
 @pytest.mark.parametrize(
-    "kwargs,match",
+    "engine,match",
     [
-        ({"max_num_seqs": 0}, "max_num_seqs=0 is invalid"),
-        ({"preemption_mode": "evict"}, "preemption_mode='evict' is invalid; allowed: null"),
-        ({"max_num_batched_tokens": 4, "max_num_seqs": 8, "enable_chunked_prefill": True}, r"must be >= max_num_seqs"),
+        ({"max_num_seqs": 0}, r"decode.engine.max_num_seqs\n  Input should be greater than or equal to 1"),
+        (
+            {"preemption_mode": "evict"},
+            r"decode.engine.preemption_mode\n  Input should be 'auto', 'recompute' or 'swap'",
+        ),
+        ({"max_num_batched_tokens": 4, "max_num_seqs": 8}, r"must be >= max_num_seqs"),
     ],
 )
-def test_scheduler_config_errors_name_the_field(kwargs, match):
+def test_bad_v0_settings_are_refused_once_by_the_schema_naming_the_field(engine, match):
+    """A v0 node's values are checked by the scenario schema (bounds from the
+    settings' declarations) and, through it, by vLLM 0.5.3's own rules."""
     with pytest.raises(ValueError, match=match):
-        SchedulerConfig(**kwargs)
+        ClusterSpec.model_validate({"prefill": {"count": 0}, "decode": {"engine": {"engine": "v0", **engine}}})
 
 
 def test_scheduler_config_defaults_follow_vllm():
@@ -232,16 +243,15 @@ def test_scheduler_config_defaults_follow_vllm():
 
 
 @pytest.mark.parametrize(
-    "kwargs,match",
+    "engine,match",
     [
-        ({"num_gpu_blocks": 0}, "num_gpu_blocks=0 is invalid"),
-        ({"num_gpu_blocks": 4, "num_cpu_blocks": -1}, "num_cpu_blocks=-1 is invalid"),
-        ({"num_gpu_blocks": 4, "watermark": 1.0}, "watermark=1.0 is invalid"),
+        ({"num_gpu_blocks": 1}, r"decode.engine.num_gpu_blocks\n  Value error, allowed: an int in \[2, 1000000\]"),
+        ({"num_cpu_blocks": -1}, r"decode.engine.num_cpu_blocks\n  Input should be greater than or equal to 0"),
     ],
 )
-def test_cache_config_errors_name_the_field(kwargs, match):
+def test_bad_v0_pool_sizes_are_refused_by_the_schema_naming_the_field(engine, match):
     with pytest.raises(ValueError, match=match):
-        CacheConfig(**kwargs)
+        ClusterSpec.model_validate({"prefill": {"count": 0}, "decode": {"engine": {"engine": "v0", **engine}}})
 
 
 def test_swap_space_in_gib_converts_to_cpu_blocks():
