@@ -26,6 +26,7 @@ from bench.errors import InputError, did_you_mean, one_line
 from bench.per_node import SEP, by_node_results, split_variant
 from bench.results import ResultsError, is_number, load_results
 
+from .compare_baseline import in_scenario_order
 from .table_layout import layout_tables
 from .thresholds import (
     ThresholdError,
@@ -213,7 +214,7 @@ def load_labelled(paths: Sequence[str]) -> tuple[list[dict], dict[str, str], lis
     labels: list[str] = []
     for arg in paths:
         label, path = split_label(arg)
-        loaded = load_results([path])
+        loaded = in_scenario_order(load_results([path]))
         if label is not None:
             if label not in labels:
                 labels.append(label)

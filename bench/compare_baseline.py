@@ -11,6 +11,7 @@ as given.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 
@@ -47,3 +48,26 @@ def default_baseline(results: Sequence[dict], labels: Sequence[str]) -> str | No
             return prefix + declared
         return None
     return None
+
+
+def _declared_order(document: dict) -> list[str]:
+    """The scenario's variant names in its own order (a list's, or the
+    matrix's product of its axes), [] when the document does not say."""
+    variants = document.get("variants")
+    if isinstance(variants, list):
+        return [v["name"] for v in variants if isinstance(v, dict) and isinstance(v.get("name"), str)]
+    matrix = document.get("matrix")
+    if isinstance(matrix, dict) and matrix and all(isinstance(axis, dict) for axis in matrix.values()):
+        return ["+".join(map(str, combo)) for combo in itertools.product(*(list(axis) for axis in matrix.values()))]
+    return []
+
+
+def in_scenario_order(results: Sequence[dict]) -> list[dict]:
+    """One result set's results with their variants in the scenario's order
+    (as `run`'s table shows them), not the files' alphabetical one; results of
+    variants the scenario does not name keep their place after those it does."""
+    config = results[0].get("scenario_config") if results else None
+    document = config.get("document") if isinstance(config, dict) else None
+    order = _declared_order(document) if isinstance(document, dict) else []
+    rank = {name: i for i, name in enumerate(order)}
+    return sorted(results, key=lambda r: rank.get(r["variant"], len(rank)))

@@ -61,3 +61,11 @@ def test_the_baseline_is_the_scenarios_not_the_alphabets(tmp_path):
     assert title in " ".join(table.split()) and table.count("(baseline)") == 1  # the title may wrap
     assert _compare(str(declared))["baseline"] == "mid"
     assert _compare(str(declared), "--baseline", "alpha")["baseline"] == "alpha"
+
+
+def test_columns_follow_the_scenarios_variant_order(tmp_path):
+    a = _run(tmp_path, "a", SCENARIO)
+    b = _run(tmp_path, "b", {**SCENARIO, "seed": 1})
+    assert list(_compare(str(a))["variants"]) == ["zeta", "alpha", "mid"]
+    labelled = list(_compare(f"b={b}", f"a={a}")["variants"])
+    assert labelled == ["b/zeta", "b/alpha", "b/mid", "a/zeta", "a/alpha", "a/mid"]
