@@ -16,19 +16,27 @@ evicted first. vLLM's rules, kept here:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from .deferred_hashes import PENDING, DeferredHashes
+
+if TYPE_CHECKING:
+    from .deferred_hashes import _Chain
 
 BlockHash = int
 
 
 class KVCacheBlock:
-    __slots__ = ("block_id", "ref_cnt", "is_null", "block_hash")
+    __slots__ = ("block_id", "ref_cnt", "is_null", "block_hash", "chain")
 
     def __init__(self, block_id: int, is_null: bool = False) -> None:
         self.block_id = block_id
         self.ref_cnt = 0
         self.is_null = is_null
-        # Set while the block is in the prefix cache (full, hashed content).
+        # Set while the block is in the prefix cache (full, hashed content);
+        # `PENDING` while its hash is deferred (engine/deferred_hashes.py).
         self.block_hash: BlockHash | None = None
+        self.chain: _Chain | None = None  # the deferred chain it is in
 
     def __repr__(self) -> str:
         return f"KVCacheBlock({self.block_id}, ref={self.ref_cnt}, hash={self.block_hash})"
@@ -200,12 +208,16 @@ class BlockPool:
         # cached block (every decode block is cached; -1.3 % of W1's
         # instructions with prefix caching on).
         self.cached_block_hash_to_block: dict[BlockHash, KVCacheBlock | dict[int, KVCacheBlock]] = {}
+        # Steady-decode blocks cached with their hashes deferred until a
+        # lookup could reach them (engine/deferred_hashes.py).
+        self.deferred = DeferredHashes(self)
 
     def get_num_free_blocks(self) -> int:
         return len(self.free_block_queue)
 
     # -- the prefix cache --------------------------------------------------------
     def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
+        self.deferred.materialize_all()  # (not on a hot path: any hash may be a deferred one's)
         held = self.cached_block_hash_to_block.get(block_hash)
         if isinstance(held, dict):
             return next(iter(held.values()))  # duplicates: the first cached
@@ -216,18 +228,36 @@ class BlockPool:
         hashes are chained: every later block misses too). In one loop: a
         preempted request that waits looks its whole prefix up every step."""
         cache = self.cached_block_hash_to_block
+        deferred = self.deferred
+        parents = deferred.by_parent
         hit: list[KVCacheBlock] = []
         for block_hash in block_hashes:
             held = cache.get(block_hash)
             if held is None:
                 break
             hit.append(next(iter(held.values())) if isinstance(held, dict) else held)  # duplicates: the first cached
+            if block_hash in parents:
+                deferred.reached(block_hash)  # the next hash may be a deferred block's
         return hit
 
     def cache_full_blocks(
-        self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[BlockHash], num_cached: int, num_full: int
+        self,
+        blocks: Sequence[KVCacheBlock],
+        block_hashes: Sequence[BlockHash],
+        num_cached: int,
+        num_full: int,
+        request_id: str | None = None,
     ) -> None:
-        """Enter `blocks[num_cached:num_full]` into the cache under their hashes."""
+        """Enter `blocks[num_cached:num_full]` (of request `request_id`) into
+        the cache under their hashes, after any deferred block they could
+        duplicate (`DeferredHashes.before_caching`)."""
+        deferred = self.deferred
+        if deferred.by_parent:
+            deferred.before_caching(request_id, block_hashes[num_cached - 1] if num_cached > 0 else None)
+            for i in range(num_cached, num_full):
+                deferred.before_caching(None, block_hashes[i - 1] if i > 0 else None)
+                self.cache_block(blocks[i], block_hashes[i])
+            return
         for i in range(num_cached, num_full):
             self.cache_block(blocks[i], block_hashes[i])
 
@@ -250,6 +280,9 @@ class BlockPool:
         block_hash = block.block_hash
         if block_hash is None:
             return False
+        if block_hash == PENDING:
+            self.deferred.drop(block)
+            return True
         block.block_hash = None
         cache = self.cached_block_hash_to_block
         same = cache.get(block_hash)
@@ -286,8 +319,10 @@ class BlockPool:
         if self.get_num_free_blocks() != self.num_gpu_blocks - 1:
             return False
         self.cached_block_hash_to_block = {}
+        self.deferred.clear()
         for block in self.blocks:
             block.block_hash = None
+            block.chain = None
         return True
 
     # -- allocation and freeing ------------------------------------------------------

@@ -34,7 +34,8 @@ _NUMPY_FROM = 40
 
 class SteadyCaching:
     """The blocks the members complete in steps 1..m of a steady run, and
-    the sampler's ids their hashes need, drawn up front."""
+    the sampler's ids the hashes of those hashed at once need, drawn up
+    front (most are deferred: engine/deferred_hashes.py)."""
 
     def __init__(
         self,
@@ -63,12 +64,15 @@ class SteadyCaching:
             for r in cohort.cachers(step, ended):
                 num_tokens = r.steady_offset + step
                 entries.append((r, num_tokens))
+                if r.block_hashes or r in hashed:
+                    continue  # its blocks are cached with their hashes deferred (engine/deferred_hashes.py)
+                # No block hashed yet (a prompt shorter than a block): its
+                # first block is hashed when cached, the rest deferred.
+                hashed[r] = 1
                 written = r.num_prompt_tokens + len(r._output_token_ids)
-                for i in range(hashed.get(r, len(r.block_hashes)), num_tokens // bs):
-                    first = max(i * bs, written)
-                    if first < (i + 1) * bs:
-                        windows.append((r.request_id, first, (i + 1) * bs - first))
-                hashed[r] = num_tokens // bs
+                first = max(0, written)
+                if first < bs:
+                    windows.append((r.request_id, first, bs - first))
             self.steps.append(entries)
             if finishing[j]:
                 ended.update(finishing[j])
@@ -86,6 +90,6 @@ class SteadyCaching:
 
     def step(self, j: int) -> None:
         """Cache the blocks step j completes, in running order."""
-        cache, tokens_at = self.kvm.cache_steady_blocks, self.tokens_at
+        cache, tokens_at, sampler_tokens_at = self.kvm.cache_steady_blocks, self.tokens_at, self._tokens_at
         for r, num_tokens in self.steps[j]:
-            cache(r, num_tokens, tokens_at)
+            cache(r, num_tokens, tokens_at, sampler_tokens_at)

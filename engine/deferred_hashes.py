@@ -1,0 +1,174 @@
+"""Prefix-cache hashes of steady-decode blocks, worked out only when a lookup
+could reach them (issue 35; docs/fast-paths.md).
+
+A steady-decode member caches one block of its own outputs every
+`block_size` steps (engine/steady_caching.py). Hashing it needs the block's
+token ids, which the lazy counters have not written: drawing them from the
+sampler was most of what prefix caching cost a run in which nothing hits.
+So the steady paths *defer* such a block: it is in the cache at once as far
+as everything but a lookup can see — `block_hash` is `PENDING`, so it goes
+to the free queue's tail when freed and is evicted when taken, exactly as a
+hashed block — and its hash, and its entry in the hash map, wait.
+
+A lookup can reach a deferred block only through its chain's parent: the
+hash of the request's last block hashed before it (hashes are chained, and
+the cache already takes equal hashes for equal prefixes). So the deferred
+blocks of a request form one `_Chain` under that parent, and the chain is
+*materialised* — its hashes worked out from the request's tokens (the
+sampler's where not written), its blocks that are still cached entered into
+the map in the order they were cached — before anything could tell:
+
+- a lookup (`BlockPool.get_cached_prefix`) hits the parent: the next hash it
+  asks about may be a deferred block's;
+- a block is cached whose parent hash is a chain's parent (a block cached
+  after a deferred one with its hash would be a duplicate, and duplicates
+  are returned first-cached first);
+- the same request (by id: a request sent again keeps its id and so its
+  sampled tokens) caches any block or defers one that does not continue
+  its chain;
+- `materialize_all` (a single-hash lookup, `get_cached_block`, and checks).
+
+A deferred block taken by an allocation leaves its chain (as an eviction
+drops a hash), and a chain whose blocks are all gone is forgotten. Only
+steady-decode members defer (their outputs are the deterministic sampler's
+and never trimmed), and only past their first hashed block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .block_hash import extend_block_hashes
+
+if TYPE_CHECKING:
+    from .block_pool import BlockPool, KVCacheBlock
+    from .request import Request
+
+# CPython's hash() never returns -1 (it is its error value): a cached block
+# whose hash is not worked out yet.
+PENDING = -1
+
+
+class _Chain:
+    """A request's deferred blocks, as (block index in its table, block), in caching order."""
+
+    __slots__ = ("request", "parent", "blocks", "live", "tokens_at", "block_size")
+
+    def __init__(
+        self,
+        request: Request,
+        parent: int,
+        block_size: int,
+        tokens_at: Callable[[str, int, int], list[int]],
+    ) -> None:
+        self.request = request
+        self.parent = parent
+        self.blocks: list[tuple[int, KVCacheBlock]] = []
+        self.live = 0  # blocks still deferred (not taken since)
+        self.tokens_at = tokens_at
+        self.block_size = block_size
+
+    def next_index(self) -> int:
+        return self.blocks[-1][0] + 1
+
+
+class DeferredHashes:
+    def __init__(self, pool: BlockPool) -> None:
+        self._pool = pool
+        self.by_parent: dict[int, list[_Chain]] = {}
+        self.by_request: dict[str, _Chain] = {}
+
+    def __len__(self) -> int:
+        """Blocks deferred now."""
+        return sum(c.live for c in self.by_request.values())  # (every chain is in both maps)
+
+    def defer(
+        self,
+        request: Request,
+        blocks: list[KVCacheBlock],
+        first: int,
+        stop: int,
+        block_size: int,
+        tokens_at: Callable[[str, int, int], list[int]],
+    ) -> None:
+        """Cache `blocks[first:stop]` of `request` deferred. `first` is the
+        number of hashes the request has (its blocks before are hashed and
+        cached) or continues its chain."""
+        chain = self.by_request.get(request.request_id)
+        if chain is not None and (chain.request is not request or chain.next_index() != first):
+            self.materialize(chain)
+            chain = None
+        if chain is None:
+            chain = _Chain(request, request.block_hashes[first - 1], block_size, tokens_at)
+            self.by_request[request.request_id] = chain
+            self.by_parent.setdefault(chain.parent, []).append(chain)
+        entries = chain.blocks
+        for i in range(first, stop):
+            block = blocks[i]
+            if block.block_hash is not None or block.is_null:
+                continue  # (cached already: `cache_block` keeps its entry)
+            block.block_hash = PENDING
+            block.chain = chain
+            entries.append((i, block))
+            chain.live += 1
+
+    def before_caching(self, request_id: str | None, parent: int | None) -> None:
+        """A block is about to be cached under a hash whose parent is
+        `parent`, for `request_id`: materialise what it could duplicate."""
+        if request_id is not None:
+            chain = self.by_request.get(request_id)
+            if chain is not None:
+                self.materialize(chain)
+        if parent is not None:
+            chains = self.by_parent.get(parent)
+            if chains:
+                for chain in list(chains):
+                    self.materialize(chain)
+
+    def reached(self, block_hash: int) -> None:
+        """A lookup hit `block_hash`: materialise the chains under it."""
+        chains = self.by_parent.get(block_hash)
+        if chains:
+            for chain in list(chains):
+                self.materialize(chain)
+
+    def materialize(self, chain: _Chain) -> None:
+        self._forget(chain)
+        live = [(i, b) for i, b in chain.blocks if b.chain is chain]
+        if not live:
+            return
+        hashes = extend_block_hashes(chain.request, live[-1][0] + 1, chain.block_size, chain.tokens_at)
+        cache_block = self._pool.cache_block
+        for i, block in live:
+            block.chain = None
+            block.block_hash = None
+            cache_block(block, hashes[i])
+
+    def materialize_all(self) -> None:
+        for chains in list(self.by_parent.values()):
+            for chain in list(chains):
+                self.materialize(chain)
+
+    def drop(self, block: KVCacheBlock) -> None:
+        """A deferred block is evicted (taken for reuse, or its content lost)."""
+        chain = block.chain
+        block.chain = None
+        block.block_hash = None
+        if chain is not None:
+            chain.live -= 1
+            if chain.live == 0:
+                self._forget(chain)
+
+    def clear(self) -> None:
+        self.by_parent.clear()
+        self.by_request.clear()
+
+    def _forget(self, chain: _Chain) -> None:
+        chains = self.by_parent.get(chain.parent)
+        if chains is not None and chain in chains:
+            chains.remove(chain)
+            if not chains:
+                del self.by_parent[chain.parent]
+        if self.by_request.get(chain.request.request_id) is chain:
+            del self.by_request[chain.request.request_id]
