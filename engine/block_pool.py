@@ -332,11 +332,19 @@ class BlockPool:
         if num_blocks == 0:
             return []
         out = self.free_block_queue.popleft_n(num_blocks)
-        caching = self.enable_caching
         for block in out:
             assert block.ref_cnt == 0, f"block {block.block_id} in the free queue has ref_cnt {block.ref_cnt}"
-            if caching and block.block_hash is not None:
-                self._evict(block)
+            block_hash = block.block_hash  # (None whenever caching is off)
+            if block_hash is not None:
+                if block_hash == PENDING:  # (`_evict` of a deferred block, inline: most evictions)
+                    chain = block.chain
+                    block.chain = block.block_hash = None
+                    if chain is not None:
+                        chain.live -= 1
+                        if chain.live == 0:
+                            self.deferred.drop_chain(chain)
+                else:
+                    self._evict(block)
             block.ref_cnt = 1
         return out
 

@@ -51,26 +51,28 @@ PENDING = -1
 
 
 class _Chain:
-    """A request's deferred blocks, as (block index in its table, block), in caching order."""
+    """A request's deferred blocks: `table[first:next]` (its block table, a
+    list that only grows, kept after the request lets it go), those of them
+    whose `chain` is this one (the others were cached already, or have been
+    taken since), in caching order."""
 
-    __slots__ = ("request", "parent", "blocks", "live", "tokens_at", "block_size")
+    __slots__ = ("request", "parent", "table", "first", "next", "live", "tokens_at", "block_size")
 
     def __init__(
         self,
         request: Request,
-        parent: int,
+        table: list[KVCacheBlock],
+        first: int,
         block_size: int,
         tokens_at: Callable[[str, int, int], list[int]],
     ) -> None:
         self.request = request
-        self.parent = parent
-        self.blocks: list[tuple[int, KVCacheBlock]] = []
-        self.live = 0  # blocks still deferred (not taken since)
+        self.parent = request.block_hashes[first - 1]
+        self.table = table
+        self.first = self.next = first
+        self.live = 0  # blocks still deferred
         self.tokens_at = tokens_at
         self.block_size = block_size
-
-    def next_index(self) -> int:
-        return self.blocks[-1][0] + 1
 
 
 class DeferredHashes:
@@ -96,22 +98,21 @@ class DeferredHashes:
         number of hashes the request has (its blocks before are hashed and
         cached) or continues its chain."""
         chain = self.by_request.get(request.request_id)
-        if chain is not None and (chain.request is not request or chain.next_index() != first):
+        if chain is not None and (chain.request is not request or chain.table is not blocks or chain.next != first):
             self.materialize(chain)
             chain = None
         if chain is None:
-            chain = _Chain(request, request.block_hashes[first - 1], block_size, tokens_at)
+            chain = _Chain(request, blocks, first, block_size, tokens_at)
             self.by_request[request.request_id] = chain
             self.by_parent.setdefault(chain.parent, []).append(chain)
-        entries = chain.blocks
         for i in range(first, stop):
             block = blocks[i]
             if block.block_hash is not None or block.is_null:
                 continue  # (cached already: `cache_block` keeps its entry)
             block.block_hash = PENDING
             block.chain = chain
-            entries.append((i, block))
             chain.live += 1
+        chain.next = stop
 
     def before_caching(self, request_id: str | None, parent: int | None) -> None:
         """A block is about to be cached under a hash whose parent is
@@ -135,12 +136,14 @@ class DeferredHashes:
 
     def materialize(self, chain: _Chain) -> None:
         self._forget(chain)
-        live = [(i, b) for i, b in chain.blocks if b.chain is chain]
+        table = chain.table
+        live = [i for i in range(chain.first, chain.next) if table[i].chain is chain]
         if not live:
             return
-        hashes = extend_block_hashes(chain.request, live[-1][0] + 1, chain.block_size, chain.tokens_at)
+        hashes = extend_block_hashes(chain.request, live[-1] + 1, chain.block_size, chain.tokens_at)
         cache_block = self._pool.cache_block
-        for i, block in live:
+        for i in live:
+            block = table[i]
             block.chain = None
             block.block_hash = None
             cache_block(block, hashes[i])
@@ -159,6 +162,10 @@ class DeferredHashes:
             chain.live -= 1
             if chain.live == 0:
                 self._forget(chain)
+
+    def drop_chain(self, chain: _Chain) -> None:
+        """A chain whose blocks have all been taken."""
+        self._forget(chain)
 
     def clear(self) -> None:
         self.by_parent.clear()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .deferred_hashes import PENDING
 from .request import Request
 
 if TYPE_CHECKING:
@@ -90,6 +91,24 @@ class SteadyCaching:
 
     def step(self, j: int) -> None:
         """Cache the blocks step j completes, in running order."""
-        cache, tokens_at, sampler_tokens_at = self.kvm.cache_steady_blocks, self.tokens_at, self._tokens_at
+        kvm = self.kvm
+        cache, tokens_at, sampler_tokens_at = kvm.cache_steady_blocks, self.tokens_at, self._tokens_at
+        bs, num_cached_block, tables = kvm.block_size, kvm.num_cached_block, kvm.req_to_blocks
+        chains = kvm.block_pool.deferred.by_request
         for r, num_tokens in self.steps[j]:
+            # The usual case inline: one block, continuing the member's
+            # deferred chain (`DeferredHashes.defer`).
+            rid = r.request_id
+            i = num_tokens // bs - 1
+            chain = chains.get(rid)
+            if chain is not None and chain.next == i and chain.request is r and num_cached_block.get(rid) == i:
+                table = tables[rid]
+                block = table[i]
+                if chain.table is table and block.block_hash is None and not block.is_null:
+                    block.block_hash = PENDING
+                    block.chain = chain
+                    chain.live += 1
+                    chain.next = i + 1
+                    num_cached_block[rid] = i + 1
+                    continue
             cache(r, num_tokens, tokens_at, sampler_tokens_at)
