@@ -250,16 +250,21 @@ class BlockPool:
     ) -> None:
         """Enter `blocks[num_cached:num_full]` (of request `request_id`) into
         the cache under their hashes, after any deferred block they could
-        duplicate (`DeferredHashes.before_caching`)."""
+        duplicate (engine/deferred_hashes.py)."""
         deferred = self.deferred
-        if deferred.by_parent:
-            deferred.before_caching(request_id, block_hashes[num_cached - 1] if num_cached > 0 else None)
-            for i in range(num_cached, num_full):
-                deferred.before_caching(None, block_hashes[i - 1] if i > 0 else None)
-                self.cache_block(blocks[i], block_hashes[i])
-            return
+        parents = deferred.by_parent
+        if request_id is not None and request_id in deferred.by_request:
+            deferred.materialize(deferred.by_request[request_id])
+        cache = self.cached_block_hash_to_block
         for i in range(num_cached, num_full):
-            self.cache_block(blocks[i], block_hashes[i])
+            if parents and i > 0 and block_hashes[i - 1] in parents:
+                deferred.reached(block_hashes[i - 1])
+            block, block_hash = blocks[i], block_hashes[i]
+            if block.block_hash is None and not block.is_null and block_hash not in cache:
+                block.block_hash = block_hash  # (`cache_block`'s usual case, inline)
+                cache[block_hash] = block
+            else:
+                self.cache_block(block, block_hash)
 
     def cache_block(self, block: KVCacheBlock, block_hash: BlockHash) -> None:
         """Enter one full block into the cache (a block already hashed keeps its entry)."""

@@ -22,7 +22,7 @@ the map in the order they were cached — before anything could tell:
   asks about may be a deferred block's;
 - a block is cached whose parent hash is a chain's parent (a block cached
   after a deferred one with its hash would be a duplicate, and duplicates
-  are returned first-cached first);
+  are returned first-cached first; `BlockPool.cache_full_blocks`);
 - the same request (by id: a request sent again keeps its id and so its
   sampled tokens) caches any block or defers one that does not continue
   its chain;
@@ -113,19 +113,6 @@ class DeferredHashes:
             block.chain = chain
             chain.live += 1
         chain.next = stop
-
-    def before_caching(self, request_id: str | None, parent: int | None) -> None:
-        """A block is about to be cached under a hash whose parent is
-        `parent`, for `request_id`: materialise what it could duplicate."""
-        if request_id is not None:
-            chain = self.by_request.get(request_id)
-            if chain is not None:
-                self.materialize(chain)
-        if parent is not None:
-            chains = self.by_parent.get(parent)
-            if chains:
-                for chain in list(chains):
-                    self.materialize(chain)
 
     def reached(self, block_hash: int) -> None:
         """A lookup hit `block_hash`: materialise the chains under it."""
