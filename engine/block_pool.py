@@ -210,7 +210,8 @@ class BlockPool:
         self.cached_block_hash_to_block: dict[BlockHash, KVCacheBlock | dict[int, KVCacheBlock]] = {}
         # Steady-decode blocks cached with their hashes deferred until a
         # lookup could reach them (engine/deferred_hashes.py).
-        self.deferred = DeferredHashes(self)
+        # (It only hands `cache_block` blocks of this pool.)
+        self.deferred = DeferredHashes(self.cache_block)  # type: ignore[arg-type]
 
     def get_num_free_blocks(self) -> int:
         return len(self.free_block_queue)

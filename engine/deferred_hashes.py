@@ -36,14 +36,23 @@ and never trimmed), and only past their first hashed block.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from .block_hash import extend_block_hashes
 
 if TYPE_CHECKING:
-    from .block_pool import BlockPool, KVCacheBlock
     from .request import Request
+
+
+class KVCacheBlock(Protocol):
+    """What this module reads and writes of engine/block_pool.py's blocks
+    (which imports this module)."""
+
+    block_hash: int | None
+    chain: _Chain | None
+    is_null: bool
+
 
 # CPython's hash() never returns -1 (it is its error value): a cached block
 # whose hash is not worked out yet.
@@ -61,7 +70,7 @@ class _Chain:
     def __init__(
         self,
         request: Request,
-        table: list[KVCacheBlock],
+        table: Sequence[KVCacheBlock],
         first: int,
         block_size: int,
         tokens_at: Callable[[str, int, int], list[int]],
@@ -76,8 +85,8 @@ class _Chain:
 
 
 class DeferredHashes:
-    def __init__(self, pool: BlockPool) -> None:
-        self._pool = pool
+    def __init__(self, cache_block: Callable[[KVCacheBlock, int], None]) -> None:
+        self._cache_block = cache_block  # `BlockPool.cache_block`
         self.by_parent: dict[int, list[_Chain]] = {}
         self.by_request: dict[str, _Chain] = {}
 
@@ -88,7 +97,7 @@ class DeferredHashes:
     def defer(
         self,
         request: Request,
-        blocks: list[KVCacheBlock],
+        blocks: Sequence[KVCacheBlock],
         first: int,
         stop: int,
         block_size: int,
@@ -128,7 +137,7 @@ class DeferredHashes:
         if not live:
             return
         hashes = extend_block_hashes(chain.request, live[-1] + 1, chain.block_size, chain.tokens_at)
-        cache_block = self._pool.cache_block
+        cache_block = self._cache_block
         for i in live:
             block = table[i]
             block.chain = None
