@@ -251,8 +251,9 @@ def entry(args: argparse.Namespace, names: list[str], runs: dict, counts: dict, 
         + " --record`.",
         "",
         "| workload | configuration | ours, wall s (runs) | mocker, wall s (runs) | ours / mocker (90 % interval) | "
-        "our steps, µs a step | mocker's steps (estimated), µs a step | per step, ours / mocker | our peak RSS MB |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|",
+        "CPU s, ours / mocker (medians) | our steps, µs a step | mocker's steps (estimated), µs a step | "
+        "per step, ours / mocker | our peak RSS MB |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for w in names:
         for config in CONFIGS:
@@ -263,7 +264,9 @@ def entry(args: argparse.Namespace, names: list[str], runs: dict, counts: dict, 
             each = lambda rs: ", ".join(f"{r['wall_s']:.2f}" for r in rs)  # noqa: E731
             lines.append(
                 f"| {w} | {config} | {o:.2f} ({each(ours)}) | {m:.2f} ({each(mock)}) | **{o / m:.2f}x** "
-                f"({lo:.2f}–{hi:.2f}) | {steps:,}, {1e6 * o / steps:.1f} | {m_steps:,.0f}, {1e6 * m / m_steps:.1f} | "
+                f"({lo:.2f}–{hi:.2f}) | {_med(ours, 'cpu_s'):.3f} / {_med(mock, 'cpu_s'):.3f} = "
+                f"{_med(ours, 'cpu_s') / _med(mock, 'cpu_s'):.2f}x | {steps:,}, {1e6 * o / steps:.1f} | "
+                f"{m_steps:,.0f}, {1e6 * m / m_steps:.1f} | "
                 f"{(o / steps) / (m / m_steps):.2f}x | {max(r['max_rss_MB'] for r in ours):.0f} |"
             )
     lines.append("")
@@ -272,7 +275,7 @@ def entry(args: argparse.Namespace, names: list[str], runs: dict, counts: dict, 
         lo, hi = inproc_speed.ratio_interval([r["wall_s"] for r in on], [r["wall_s"] for r in off])
         lines.append(
             f"- {w}: ours, prefix caching on (no hits) / off: {_med(on) / _med(off):.2f}x ({lo:.2f}–{hi:.2f}; "
-            "target <= 1.2x)."
+            f"CPU {_med(on, 'cpu_s') / _med(off, 'cpu_s'):.2f}x; target <= 1.2x)."
         )
         pd = runs[(w, "1P1D off", "ours")]
         per_step = (_med(pd) / pd[0]["steps"]) / (_med(off) / off[0]["steps"])
