@@ -128,9 +128,26 @@ def child(args_json: str) -> None:
         "steps": len(result.steps),
         "events": result.extra.get("num_events"),
         "invariant_errors": len(result.invariant_errors),
+        # Token-weighted mean inter-token latency (benchmarks/peer_speed.py
+        # checks its step-count estimate for the mocker against our runs).
+        "mean_itl_s": _mean_itl(result.requests),
         "max_rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
     print("RESULT " + json.dumps(out))
+
+
+def _mean_itl(records: list) -> float | None:
+    """Sum of (last token - first token) over sum of (tokens - 1), or None
+    on a tree whose records keep no token times."""
+    span = gaps = 0.0
+    for r in records:
+        times = getattr(r, "token_times", None)
+        if times is None:
+            return None
+        if len(times) > 1:
+            span += times[-1] - times[0]
+            gaps += len(times) - 1
+    return span / gaps if gaps else None
 
 
 def run_child(tree: Path, workload_file: str, cluster: dict, env_extra: dict | None = None) -> dict:

@@ -16,19 +16,27 @@ evicted first. vLLM's rules, kept here:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from .deferred_hashes import PENDING, DeferredHashes
+
+if TYPE_CHECKING:
+    from .deferred_hashes import _Chain
 
 BlockHash = int
 
 
 class KVCacheBlock:
-    __slots__ = ("block_id", "ref_cnt", "is_null", "block_hash")
+    __slots__ = ("block_id", "ref_cnt", "is_null", "block_hash", "chain")
 
     def __init__(self, block_id: int, is_null: bool = False) -> None:
         self.block_id = block_id
         self.ref_cnt = 0
         self.is_null = is_null
-        # Set while the block is in the prefix cache (full, hashed content).
+        # Set while the block is in the prefix cache (full, hashed content);
+        # `PENDING` while its hash is deferred (engine/deferred_hashes.py).
         self.block_hash: BlockHash | None = None
+        self.chain: _Chain | None = None  # the deferred chain it is in
 
     def __repr__(self) -> str:
         return f"KVCacheBlock({self.block_id}, ref={self.ref_cnt}, hash={self.block_hash})"
@@ -200,12 +208,17 @@ class BlockPool:
         # cached block (every decode block is cached; -1.3 % of W1's
         # instructions with prefix caching on).
         self.cached_block_hash_to_block: dict[BlockHash, KVCacheBlock | dict[int, KVCacheBlock]] = {}
+        # Steady-decode blocks cached with their hashes deferred until a
+        # lookup could reach them (engine/deferred_hashes.py).
+        # (It only hands `cache_block` blocks of this pool.)
+        self.deferred = DeferredHashes(self.cache_block)  # type: ignore[arg-type]
 
     def get_num_free_blocks(self) -> int:
         return len(self.free_block_queue)
 
     # -- the prefix cache --------------------------------------------------------
     def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
+        self.deferred.materialize_all()  # (not on a hot path: any hash may be a deferred one's)
         held = self.cached_block_hash_to_block.get(block_hash)
         if isinstance(held, dict):
             return next(iter(held.values()))  # duplicates: the first cached
@@ -216,20 +229,43 @@ class BlockPool:
         hashes are chained: every later block misses too). In one loop: a
         preempted request that waits looks its whole prefix up every step."""
         cache = self.cached_block_hash_to_block
+        deferred = self.deferred
+        parents = deferred.by_parent
         hit: list[KVCacheBlock] = []
         for block_hash in block_hashes:
             held = cache.get(block_hash)
             if held is None:
                 break
             hit.append(next(iter(held.values())) if isinstance(held, dict) else held)  # duplicates: the first cached
+            if block_hash in parents:
+                deferred.reached(block_hash)  # the next hash may be a deferred block's
         return hit
 
     def cache_full_blocks(
-        self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[BlockHash], num_cached: int, num_full: int
+        self,
+        blocks: Sequence[KVCacheBlock],
+        block_hashes: Sequence[BlockHash],
+        num_cached: int,
+        num_full: int,
+        request_id: str | None = None,
     ) -> None:
-        """Enter `blocks[num_cached:num_full]` into the cache under their hashes."""
+        """Enter `blocks[num_cached:num_full]` (of request `request_id`) into
+        the cache under their hashes, after any deferred block they could
+        duplicate (engine/deferred_hashes.py)."""
+        deferred = self.deferred
+        parents = deferred.by_parent
+        if request_id is not None and request_id in deferred.by_request:
+            deferred.materialize(deferred.by_request[request_id])
+        cache = self.cached_block_hash_to_block
         for i in range(num_cached, num_full):
-            self.cache_block(blocks[i], block_hashes[i])
+            if parents and i > 0 and block_hashes[i - 1] in parents:
+                deferred.reached(block_hashes[i - 1])
+            block, block_hash = blocks[i], block_hashes[i]
+            if block.block_hash is None and not block.is_null and block_hash not in cache:
+                block.block_hash = block_hash  # (`cache_block`'s usual case, inline)
+                cache[block_hash] = block
+            else:
+                self.cache_block(block, block_hash)
 
     def cache_block(self, block: KVCacheBlock, block_hash: BlockHash) -> None:
         """Enter one full block into the cache (a block already hashed keeps its entry)."""
@@ -250,6 +286,9 @@ class BlockPool:
         block_hash = block.block_hash
         if block_hash is None:
             return False
+        if block_hash == PENDING:
+            self.deferred.drop(block)
+            return True
         block.block_hash = None
         cache = self.cached_block_hash_to_block
         same = cache.get(block_hash)
@@ -286,8 +325,10 @@ class BlockPool:
         if self.get_num_free_blocks() != self.num_gpu_blocks - 1:
             return False
         self.cached_block_hash_to_block = {}
+        self.deferred.clear()
         for block in self.blocks:
             block.block_hash = None
+            block.chain = None
         return True
 
     # -- allocation and freeing ------------------------------------------------------
@@ -297,11 +338,19 @@ class BlockPool:
         if num_blocks == 0:
             return []
         out = self.free_block_queue.popleft_n(num_blocks)
-        caching = self.enable_caching
         for block in out:
             assert block.ref_cnt == 0, f"block {block.block_id} in the free queue has ref_cnt {block.ref_cnt}"
-            if caching and block.block_hash is not None:
-                self._evict(block)
+            block_hash = block.block_hash  # (None whenever caching is off)
+            if block_hash is not None:
+                if block_hash == PENDING:  # (`_evict` of a deferred block, inline: most evictions)
+                    chain = block.chain
+                    block.chain = block.block_hash = None
+                    if chain is not None:
+                        chain.live -= 1
+                        if chain.live == 0:
+                            self.deferred.drop_chain(chain)
+                else:
+                    self._evict(block)
             block.ref_cnt = 1
         return out
 

@@ -136,24 +136,43 @@ class KVCacheManager:
         num_full = min(num_tokens, len(hashes) * self.block_size) // self.block_size
         if num_cached >= num_full:
             return
-        self.block_pool.cache_full_blocks(blocks, hashes, num_cached, num_full)
+        self.block_pool.cache_full_blocks(blocks, hashes, num_cached, num_full, request_id)
         self.num_cached_block[request_id] = num_full
 
     def cache_steady_blocks(
-        self, request: Request, num_tokens: int, tokens_at: Callable[[str, int, int], list[int]]
+        self,
+        request: Request,
+        num_tokens: int,
+        tokens_at: Callable[[str, int, int], list[int]],
+        sampler_tokens_at: Callable[[str, int, int], list[int]] | None = None,
     ) -> None:
         """`cache_blocks(request, num_tokens)` for a steady-decode member,
         whose counters are written lazily (engine/steady_cohort.py): the
         steady paths call it at the step that completes a block, as
         `allocate_slots` would. The tokens are `num_tokens` by then; those
-        not written yet are the sampler's."""
+        not written yet are the sampler's.
+
+        Past the request's first hashed block, the blocks are cached with
+        their hashes deferred (engine/deferred_hashes.py: worked out only
+        when a lookup could reach them); `sampler_tokens_at` is what draws
+        their ids then (`tokens_at` may be one forward's)."""
         request_id = request.request_id
         num_cached = self.num_cached_block.get(request_id, 0)
         num_full = num_tokens // self.block_size
         if num_full <= num_cached:
             return
-        hashes = extend_block_hashes(request, num_full, self.block_size, tokens_at)
-        self.block_pool.cache_full_blocks(self.req_to_blocks[request_id], hashes, num_cached, num_full)
+        blocks = self.req_to_blocks[request_id]
+        pool = self.block_pool
+        have = len(request.block_hashes)
+        if have == 0 or sampler_tokens_at is None:
+            hashes = extend_block_hashes(request, num_full, self.block_size, tokens_at)
+            pool.cache_full_blocks(blocks, hashes, num_cached, num_full, request_id)
+        else:
+            if num_cached < have:  # (blocks whose hashes are known: cached as usual)
+                pool.cache_full_blocks(blocks, request.block_hashes, num_cached, min(have, num_full), request_id)
+            if num_full > have:
+                start = max(num_cached, have)
+                pool.deferred.defer(request, blocks, start, num_full, self.block_size, sampler_tokens_at)
         self.num_cached_block[request_id] = num_full
 
     def reset_prefix_cache(self) -> bool:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .deferred_hashes import PENDING
 from .request import Request
 
 if TYPE_CHECKING:
@@ -34,7 +35,8 @@ _NUMPY_FROM = 40
 
 class SteadyCaching:
     """The blocks the members complete in steps 1..m of a steady run, and
-    the sampler's ids their hashes need, drawn up front."""
+    the sampler's ids the hashes of those hashed at once need, drawn up
+    front (most are deferred: engine/deferred_hashes.py)."""
 
     def __init__(
         self,
@@ -63,12 +65,15 @@ class SteadyCaching:
             for r in cohort.cachers(step, ended):
                 num_tokens = r.steady_offset + step
                 entries.append((r, num_tokens))
+                if r.block_hashes or r in hashed:
+                    continue  # its blocks are cached with their hashes deferred (engine/deferred_hashes.py)
+                # No block hashed yet (a prompt shorter than a block): its
+                # first block is hashed when cached, the rest deferred.
+                hashed[r] = 1
                 written = r.num_prompt_tokens + len(r._output_token_ids)
-                for i in range(hashed.get(r, len(r.block_hashes)), num_tokens // bs):
-                    first = max(i * bs, written)
-                    if first < (i + 1) * bs:
-                        windows.append((r.request_id, first, (i + 1) * bs - first))
-                hashed[r] = num_tokens // bs
+                first = max(0, written)
+                if first < bs:
+                    windows.append((r.request_id, first, bs - first))
             self.steps.append(entries)
             if finishing[j]:
                 ended.update(finishing[j])
@@ -86,6 +91,24 @@ class SteadyCaching:
 
     def step(self, j: int) -> None:
         """Cache the blocks step j completes, in running order."""
-        cache, tokens_at = self.kvm.cache_steady_blocks, self.tokens_at
+        kvm = self.kvm
+        cache, tokens_at, sampler_tokens_at = kvm.cache_steady_blocks, self.tokens_at, self._tokens_at
+        bs, num_cached_block, tables = kvm.block_size, kvm.num_cached_block, kvm.req_to_blocks
+        chains = kvm.block_pool.deferred.by_request
         for r, num_tokens in self.steps[j]:
-            cache(r, num_tokens, tokens_at)
+            # The usual case inline: one block, continuing the member's
+            # deferred chain (`DeferredHashes.defer`).
+            rid = r.request_id
+            i = num_tokens // bs - 1
+            chain = chains.get(rid)
+            if chain is not None and chain.next == i and chain.request is r and num_cached_block.get(rid) == i:
+                table = tables[rid]
+                block = table[i]
+                if chain.table is table and block.block_hash is None and not block.is_null:
+                    block.block_hash = PENDING
+                    block.chain = chain
+                    chain.live += 1
+                    chain.next = i + 1
+                    num_cached_block[rid] = i + 1
+                    continue
+            cache(r, num_tokens, tokens_at, sampler_tokens_at)

@@ -8,6 +8,7 @@ import pytest
 
 import engine.steady_cohort as steady_cohort
 from engine.config import CacheConfig, SchedulerConfig
+from engine.deferred_hashes import PENDING
 from engine.node_core import NodeCore, NodeSpec
 from engine.steady_decode import block_plan, steady_batch
 from engine.steady_step import schedule_with_steady
@@ -185,7 +186,14 @@ def test_with_prefix_caching_a_member_caches_a_block_the_step_before_it_takes_th
     outputs = (core.sampler.token_at("2", 30), core.sampler.token_at("2", 31))
     expected = hash((r2.block_hashes[0], (tuple(r2.prompt_token_ids[16:30]), outputs)))
     block = kvm.req_to_blocks["2"][1]
-    assert r2.block_hashes[1] == expected == block.block_hash
+    # The steady path defers that hash (engine/deferred_hashes.py): the block
+    # is cached (it would go to the free queue's tail) but not hashed yet.
+    pool = kvm.block_pool
+    assert block.block_hash == PENDING and len(r2.block_hashes) == 1 and len(pool.deferred) == 1
+    assert expected not in pool.cached_block_hash_to_block
+    # A lookup through its parent (the prompt's block) works it out first.
+    assert pool.get_cached_prefix([r2.block_hashes[0], expected]) == kvm.req_to_blocks["2"][:2]
+    assert r2.block_hashes[1] == expected == block.block_hash and len(pool.deferred) == 0
     assert kvm.block_pool.get_cached_block(expected) is block
     monkeypatch.setattr(steady_cohort, "CHECK", True)  # the cohort check also checks the cached counts
     assert steady_batch(core) is not None
