@@ -229,10 +229,32 @@ METHOD = """## How each point is re-simulated
   bench/validation/front_end_replay.py: each request reaches the server at its client time, is
   tokenized in turn, reaches the engine, and each batch of tokens the engine emits is streamed in
   turn, one FIFO server; in a closed loop the client sends the next request when it has seen the
-  last token of one. The engine's timeline is the run's, shifted (the proxy will apply the same
-  model inside the run, issue 32 phase 2).
+  last token of one. The engine's timeline is the run's, shifted: the run's own front end is off
+  (`front_end: {preset: off}`) so that one engine run serves every front-end trial of a fit.
 - The metrics are `vllm bench serve`'s (bench/metrics.py): mean TTFT, mean TPOT and output
   throughput as the client sees them, one run (seed 0).
+
+## The seed check re-run: the frozen workload and the cascade
+
+PR #49675's own figures for its fix (docs/prefix-caching.md, "The frozen workload"): output
+throughput +1.90 %, P50 TTFT +20.3 ms (pre-fix -> fix, real hardware, n=5). Re-run with the model
+as it is now (the fitted H100 factors and host terms, the API server `vllm-0.11` request-side in
+the proxy, the NIXL hand-off the scenarios set), in-process, seed 0, 2026-12-03:
+
+| scenario | output throughput, fix vs pre-fix | P50 TTFT, pre-fix -> fix | preemptions pre-fix / fixed | TTFT parts (fixed, mean) |
+|---|---:|---:|---:|---|
+| PR #49675 (real hardware, n=5) | +1.90 % | +20.3 ms (~1 s) | 1,099.8 / 32.0 | – |
+| `frozen-workload` (n=5) | +0.30 % (1,946.3 -> 1,952.1 tok/s) | 0 ms (2,117.6 ms both) | 1,312 / 42.8 | front end 141 ms, queue 980 ms, prefill 350 ms, transfer 690 ms |
+| `cascade-inproc` (n=3) | +0.39 % (1,209.1 -> 1,213.8 tok/s) | 0 ms (2,089.5 ms both) | 1,760 / 133.7 | front end 108 ms, queue 69 ms, prefill 139 ms, decode queue 4,506 ms, transfer 1,313 ms |
+
+Against the figures recorded before the API server and the hand-off were modelled (frozen
+workload: +0.48 %, 0 ms, P50 TTFT 1,390 ms; docs/prefix-caching.md), the deltas are unchanged in
+kind: the throughput gain stays well under the PR's, and the P50 TTFT delta stays 0, because
+every first token still comes before the decode node's first preemption, so the guard decides
+nothing that a first token waits for. What the new terms change is the absolute TTFT (1.39 s ->
+2.12 s; the PR's is ~1 s): 80 prompts tokenized in turn (141 ms mean), and the hand-off of 80
+prompts started at once. Commands: `disagg-sim run scenarios/frozen-workload.yaml --breakdown`,
+`disagg-sim run scenarios/cascade-inproc.yaml --breakdown`.
 
 ## What the errors say
 
@@ -251,6 +273,26 @@ METHOD = """## How each point is re-simulated
 - **gpt-oss-20b, 1,000 tiny requests at once** (+176 % TTFT held out): the front end fitted without
   GPUStack's points has 8 ms per request, which this run (1,000 requests served in 4.7 s) contradicts.
   The alternating 128-token sliding window of gpt-oss is not modelled either.
+- **P/D points** (16: Anyscale's gpt-oss-120b 1P1D over NIXL, vLLM router's Llama-3.1-8B 8P+8D
+  over NIXL, LMCache's Llama-3.1-8B 1P1D over P2pNccl). Where the engines are not saturated the
+  hand-off is right: the seven Anyscale runs at 4 or 16 in flight are within -17 to +30 % held
+  out (+6 to +30 % on NVLink, EFA and InfiniBand, -17 % over forced TCP, whose 0.11 GB/s wire
+  the four in-flight pulls share). The six others with `kv_transfer: {preset: none}` come out
+  22-34 % short, always short (2026-12-03, bench/validation/simulate.py with the preset swapped):
+  the hand-off the presets price (proxy legs, metadata, ~22,500 NIXL descriptors of a 5,000-token
+  prompt at block 16, the payload) is what those TTFTs hold. The misses are the engines, not the
+  hand-off: at 64 in flight each run is prefill-bound (a closed loop whose one prefill node is
+  busy all the time; 17.6 requests/s published on both H100 and H200), so the TTFT is the loop's
+  cycle minus the decode time and amplifies the prefill-throughput error (-10 to -18 % in output
+  throughput) into +58 to +173 % in TTFT; the TP 2 run at 64 is the other side of the same
+  knife-edge (-40 %). The Llama-3.1-8B runs (8P+8D, LMCache's 1P1D at 3.6 requests/s of 8,000
+  tokens) miss as the aggregated Llama-3.1-8B run of the router does: the hopper factors
+  fitted on large-batch runs (compute 0.35, memory 0.5, 3 ms per step) make a dense 8B model's
+  prefill and decode steps about twice as long as published (TPOT +104 to +114 %), so LMCache's
+  prefill node runs past its capacity (8,000-token prompts at 3.6/s) and its queue grows all
+  run (TTFT 12.4 s against 0.31 s). One factor set per GPU class cannot serve both a dense 8B
+  model at a few rows and MXFP4 MoE or 32B models at hundreds of rows; splitting it by the
+  kernels that run (dense GEMM, MoE grouped GEMM, decode attention) is the next term to fit.
 - **Qwen3-235B-A22B FP8 on B200** and **Qwen3-8B on MI300X**: one point each, so held out they run on
   the default factors; within 11-33 %.
 """
