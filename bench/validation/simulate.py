@@ -21,9 +21,9 @@ import numpy as np
 
 from bench.metrics import compute_metrics
 from bench.scenario import Scenario
+from cluster.kv_transfer import PRESETS
 from engine.front_end import FrontEndParams
 from engine.model_shape import get_gpu, shipped_gpus, shipped_models
-from cluster.kv_transfer import PRESETS
 from engine.roofline import RooflineCostModel, RooflineParams
 
 from .dataset import Point
@@ -80,7 +80,8 @@ class Predicted:
 def skip_reason(point: Point) -> str | None:
     """Why a point is not re-simulated (yet), or None."""
     if point.pd is not None and point.pd.get("connector") not in CONNECTOR_PRESETS:
-        return f"P/D connector {point.pd.get('connector')!r} has no kv_transfer preset; allowed: {sorted(CONNECTOR_PRESETS)}"
+        connector = point.pd.get("connector")
+        return f"P/D connector {connector!r} has no kv_transfer preset; allowed: {sorted(CONNECTOR_PRESETS)}"
     if point.model not in shipped_models():
         return f"model {point.model} not in engine/data/models.json"
     if point.gpu not in shipped_gpus():
