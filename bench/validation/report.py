@@ -231,10 +231,10 @@ SEED_CHECK = (
     ),
     (
         "`cascade` (Ray scenario run `--runtime inproc`, n=3)",
-        "-0.23 % (429.2 -> 428.2 tok/s)",
-        "-119 ms (9,370.0 -> 9,251.1 ms)",
-        "532 / 64.3",
-        "front end 108 ms, decode queue 9,939 ms, transfer 2 ms (no preset: the schema's default `none`)",
+        "+0.17 % (404.6 -> 405.3 tok/s)",
+        "-78 ms (12,274.9 -> 12,197.0 ms)",
+        "518 / 67.0",
+        "front end 108 ms, decode queue 11,288 ms, transfer 438 ms",
     ),
 )
 
@@ -280,21 +280,23 @@ METHOD = """## How each point is re-simulated
 PR #49675's own figures for its fix (docs/prefix-caching.md, "The frozen workload"): output
 throughput +1.90 %, P50 TTFT +20.3 ms (pre-fix -> fix, real hardware, n=5). Re-run with the model
 as it is now (the fitted H100 factors and host terms, the API server `vllm-0.11` request-side in
-the proxy, the NIXL hand-off the scenarios set), in-process, seed 0, 2026-12-03:
+the proxy, the NIXL hand-off, now the default), in-process, seed 0, 2026-12-03:
 
 {seed_table}
 
 Against the figures recorded before the API server and the hand-off were modelled (frozen
 workload: +0.48 %, 0 ms, P50 TTFT 1,390 ms; docs/prefix-caching.md), the deltas are unchanged in
-kind: the throughput gain stays well under the PR's, and the P50 TTFT delta stays 0, because
-every first token still comes before the decode node's first preemption, so the guard decides
-nothing that a first token waits for. What the new terms change is the absolute TTFT (1.39 s ->
-2.12 s; the PR's is ~1 s): 80 prompts tokenized in turn (141 ms mean), and the hand-off of 80
-prompts started at once. `cascade` is the exception that shows when the guard can move a TTFT:
-its decode pool (180 blocks) is so small that most requests wait ~10 s for admission behind
-the running ones, so first tokens come during the cascade, and the pre-fix retry delays them in
-one repeat of three (P50 9,746 against 9,391 ms; the other two within 2 ms): the sign of the PR's
-+20.3 ms is not reproduced, and three repeats cannot resolve a delta that size. Commands:
+kind: the throughput gain stays well under the PR's, and the P50 TTFT is the same in both
+variants to 0.1 ms, as docs/prefix-caching.md explains it (first tokens come before the decode
+node's first preemption, so the guard decides nothing a first token waits for; not
+re-measured). What the new terms change is the absolute TTFT (1.39 s -> 2.12 s; the PR's is
+~1 s): 80 prompts tokenized in turn (141 ms mean), and the hand-off of 80 prompts started at
+once. `cascade` is the exception that shows when the guard can move a TTFT:
+its decode pool (180 blocks) is so small that most requests wait ~11 s for admission behind
+the running ones, so first tokens come during the cascade; per repeat the fix moves the P50 by
+-277, +25 and +19 ms (13,005.8 -> 12,728.4, 12,658.3 -> 12,683.4, 11,160.6 -> 11,179.3 ms): two
+repeats of three have the PR's sign and size, the mean does not, and three repeats cannot
+resolve a delta of 20 ms. Commands:
 `disagg-sim run scenarios/frozen-workload.yaml --breakdown`, `disagg-sim run
 scenarios/cascade-inproc.yaml --breakdown`, `disagg-sim run scenarios/cascade.yaml --runtime inproc
 --breakdown` (the Ray run was not repeated on the shared machine).
@@ -336,6 +338,16 @@ scenarios/cascade-inproc.yaml --breakdown`, `disagg-sim run scenarios/cascade.ya
   run (TTFT 12.4 s against 0.31 s). One factor set per GPU class cannot serve both a dense 8B
   model at a few rows and MXFP4 MoE or 32B models at hundreds of rows; splitting it by the
   kernels that run (dense GEMM, MoE grouped GEMM, decode attention) is the next term to fit.
+  The worst P/D misses, the engine-side TTFT in parts (ms, mean; held-out factors, before the
+  API server's replay; `run --breakdown` of the point's scenario, 2026-12-03):
+
+  | point | published TTFT | queue | prefill | transfer | first decode step | proxy legs |
+  |---|---:|---:|---:|---:|---:|---:|
+  | lmcache 1P1D p2pnccl, 8,000 / 200 at 3.6/s | 310 | 11,485 | 789 | 25 | 19 | 6 |
+  | vllm-router 8P+8D, 1,000 / 1,000, conc 32 | 79 | 0 | 164 | 23 | 13 | 6 |
+  | anyscale H200 1P1D TP4, conc 64 | 462 | 877 | 145 | 105 | 10 | 6 |
+  | anyscale H100 1P1D TP2, conc 64 | 2,446 | 982 | 210 | 105 | 23 | 6 |
+
 - **Qwen3-235B-A22B FP8 on B200** and **Qwen3-8B on MI300X**: one point each, so held out they run on
   the default factors; within 11-33 %.
 """
