@@ -313,6 +313,13 @@ scenarios/cascade-inproc.yaml --breakdown`, `disagg-sim run scenarios/cascade.ya
   Qwen3-8B at 4 in flight and Llama-3.1-8B at one request per engine do not (TPOT +66 % / +107 %):
   a fixed per-step cost that differs by model and parallelism (TP 4 all-reduces, MoE kernels) is
   not in the model yet, and the H100's memory efficiency (0.5) is set by batches of hundreds of rows.
+  By arithmetic on the roofline (engine/roofline.py `step_time`, 2026-12-03): with memory 0.85 and
+  0.5 ms per step a decode step is 5.9 ms for Llama-3.1-8B at 1-2 rows and 6.2 ms for Qwen3-8B at
+  4 (published TPOT 5.9 and 7.4 ms), while gpt-oss-120b at TP 4 and 2 rows gets 1.9 ms against
+  5.4 ms published: ~3.5 ms per step, ~100 us per layer, that bytes and FLOPs do not explain. Two
+  named terms would carry it: `collective_latency_us` (two all-reduces per layer, 8 us by
+  default and never fitted) and a fixed time per MoE layer (router, top-k, permutation and two
+  grouped GEMMs); only TP > 1 and MoE points at low load identify them, and only Anyscale has those.
 - **Cloudera's TTFT** (+56 to +386 %) is left out of the fits: its runs reuse the benchmark's seed
   with prefix caching on, so prompts hit the cache of earlier runs (fit.py, TTFT_NOT_FITTED).
 - **gpt-oss-20b, 1,000 tiny requests at once** (+176 % TTFT held out): the front end fitted without
