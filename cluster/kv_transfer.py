@@ -22,7 +22,8 @@ from .settings_base import from_setting
 # Each preset's terms (seconds unless named otherwise). Sources and the
 # arithmetic: docs/cost-model.md, "The P/D hand-off".
 PRESETS: dict[str, dict[str, float | None]] = {
-    # No hand-off cost beyond the links: the simulator before the P/D timeline.
+    # No hand-off cost beyond the links: the simulator before the P/D timeline (22-34 % short
+    # of published P/D TTFTs; docs/cost-model.md, "Which preset by default").
     "none": {
         "prefill_request_s": 0.0,
         "prefill_reply_s": 0.0,
@@ -72,14 +73,16 @@ Term = float | None
 
 
 class KVTransferSettings(BaseModel):
-    """The P/D hand-off: a preset (`none`, `nixl`, `mooncake`, `p2pnccl`) and
-    any of its terms overridden. Times in modelled seconds (on Ray slept x
-    `time_scale`)."""
+    """The P/D hand-off: a preset (`nixl` by default, `none`, `mooncake`,
+    `p2pnccl`) and any of its terms overridden. Times in modelled seconds (on
+    Ray slept x `time_scale`). `nixl` by default because published P/D runs
+    say a free hand-off is too short (docs/cost-model.md, "Which preset by
+    default")."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     # Every term below left null takes the preset's value (docs/cost-model.md, "The P/D hand-off").
-    preset: Literal["none", "nixl", "mooncake", "p2pnccl"] = "none"
+    preset: Literal["none", "nixl", "mooncake", "p2pnccl"] = "nixl"
     # The proxy's legs (proxy/timeline.py) and the connector's terms (connector/kv_timing.py);
     # null: the preset's value.
     prefill_request_s: Term = from_setting(ProxyTimeline, "prefill_request_s", default=None)

@@ -13,7 +13,7 @@ from bench.errors import InputError, did_you_mean
 from bench.progress import ItemProgress
 
 from .dataset import DATASET, INDEPENDENT, Point, load_all
-from .fit import FITTED, Fitted, Runs, fit, load_fitted, save_fitted
+from .fit import FITTED, Fitted, Runs, fit, is_pd, load_fitted, save_fitted
 from .report import METRICS, point_errors, render
 from .simulate import skip_reason
 
@@ -40,6 +40,10 @@ def fit_all(points: list[Point], runs: Runs, log=print) -> tuple[Fitted, dict[st
     in_sample = fit(points, runs, log)
     held_out = {}
     for lab in sorted({p.lab for p in points}):
+        if not any(p.lab == lab and not is_pd(p) for p in points):
+            # Only P/D points, which no fit uses: the fit without them is the in-sample one.
+            held_out[lab] = in_sample
+            continue
         log(f"== fit without {lab}")
         held_out[lab] = fit([p for p in points if p.lab != lab], runs, log)
     return in_sample, held_out

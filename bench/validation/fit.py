@@ -15,6 +15,9 @@ What is fitted, and on which points of the set:
   output tokens).
 `prompt_token_us` keeps its cited value. A source whose TTFT does not
 measure what the model predicts (TTFT_NOT_FITTED) leaves its TTFT out.
+P/D points take part in no fit: their hand-off terms are the connector
+presets' cited values (cluster/kv_transfer.py), and the points check the
+P/D timeline with what the aggregated points fitted.
 
 Why so few: leave-one-source-out (cli.py) refits them without the held-out
 source, and a point's error then says how the model generalises, which
@@ -87,21 +90,25 @@ def gpu_class(point: Point) -> str:
     return get_gpu(point.gpu).gpu_class
 
 
+def is_pd(point: Point) -> bool:
+    return point.pd is not None
+
+
 def is_engine_bound(point: Point) -> bool:
     load = point.max_concurrency is None or point.max_concurrency >= 16
-    return point.dataset == "random" and point.mean_input_len >= 1000 and load
+    return not is_pd(point) and point.dataset == "random" and point.mean_input_len >= 1000 and load
 
 
 def is_low_load(point: Point) -> bool:
-    return (point.max_concurrency or point.num_prompts) <= 16
+    return not is_pd(point) and (point.max_concurrency or point.num_prompts) <= 16
 
 
 def is_large_batch(point: Point) -> bool:
-    return point.num_prompts >= 500 and point.max_concurrency is None
+    return not is_pd(point) and point.num_prompts >= 500 and point.max_concurrency is None
 
 
 def is_cheap_replay(point: Point) -> bool:
-    return point.num_prompts * point.mean_output_len <= CHEAP_REPLAY_TOKENS
+    return not is_pd(point) and point.num_prompts * point.mean_output_len <= CHEAP_REPLAY_TOKENS
 
 
 def score(point: Point, pred: Predicted) -> float:

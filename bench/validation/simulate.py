@@ -1,11 +1,14 @@
 """Re-simulate one published point in-process, the way it was run.
 
-The nodes are aggregated vLLM v1 engines (no disaggregation: `prefill.count:
-0`; `replicas` of them behind the router) with vLLM's defaults for the
-version and GPU and the serve command's flags; the workload is the published
-one; the API server (engine/front_end.py) is applied to the finished run by
-bench/validation/front_end_replay.py until the proxy calls it
-(docs/validation.md, "How each point is re-simulated").
+Aggregated points run vLLM v1 engines without disaggregation (`prefill.count:
+0`; `replicas` of them behind the router); P/D points run the published
+prefill and decode pools behind the proxy, with the P/D timeline of the
+connector the source used (`cluster.kv_transfer`, cluster/kv_transfer.py).
+Both with vLLM's defaults for the version and GPU and the serve command's
+flags; the workload is the published one; the API server
+(engine/front_end.py) is applied to the finished run by
+bench/validation/front_end_replay.py (docs/validation.md, "How each point is
+re-simulated").
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 
 from bench.metrics import compute_metrics
 from bench.scenario import Scenario
+from cluster.kv_transfer import PRESETS
 from engine.front_end import FrontEndParams
 from engine.model_shape import get_gpu, shipped_gpus, shipped_models
 from engine.roofline import RooflineCostModel, RooflineParams
@@ -49,6 +53,13 @@ MAX_POSITION_EMBEDDINGS = {
     "gpt-oss-120b": 131072,
 }
 BLOCK_SIZE = 16
+# The connector a P/D point's source ran -> the `cluster.kv_transfer` preset
+# of the same connector (docs/cost-model.md, "The P/D hand-off").
+CONNECTOR_PRESETS = {"nixl": "nixl", "p2pnccl": "p2pnccl", "mooncake": "mooncake"}
+# A P/D hand-off must not time out in a validation run: vLLM's NIXL
+# connector aborts a held request only after VLLM_NIXL_ABORT_REQUEST_TIMEOUT
+# (480 s), and the published runs completed every request.
+PD_PULL_TIMEOUT_S = 480.0
 
 
 @dataclass(frozen=True)
@@ -68,8 +79,9 @@ class Predicted:
 
 def skip_reason(point: Point) -> str | None:
     """Why a point is not re-simulated (yet), or None."""
-    if point.pd is not None:
-        return "P/D: the hand-off is phase 2 of issue 32"
+    if point.pd is not None and point.pd.get("connector") not in CONNECTOR_PRESETS:
+        connector = point.pd.get("connector")
+        return f"P/D connector {connector!r} has no kv_transfer preset; allowed: {sorted(CONNECTOR_PRESETS)}"
     if point.model not in shipped_models():
         return f"model {point.model} not in engine/data/models.json"
     if point.gpu not in shipped_gpus():
@@ -111,9 +123,13 @@ def workload_for(point: Point) -> dict:
     else:
         prompt = lognormal_with_mean(point.mean_input_len, SHAREGPT_SIGMA["prompt"])
         output = lognormal_with_mean(point.mean_output_len, SHAREGPT_SIGMA["output"])
-    arrival = (
-        {"kind": "all_at_once"} if point.request_rate == "inf" else {"kind": "poisson", "rate": point.request_rate}
-    )
+    arrival: dict
+    if point.request_rate == "inf":
+        arrival = {"kind": "all_at_once"}
+    elif point.burstiness is not None and point.burstiness != 1:
+        arrival = {"kind": "gamma", "rate": point.request_rate, "burstiness": point.burstiness}
+    else:
+        arrival = {"kind": "poisson", "rate": point.request_rate}
     wl = {"num_requests": point.num_prompts, "prompt_len": prompt, "output_len": output, "arrival": arrival}
     if point.max_concurrency is not None:
         wl["max_concurrency"] = point.max_concurrency
@@ -136,6 +152,12 @@ def server_defaults(point: Point) -> tuple[int, int]:
     gpu = get_gpu(point.gpu)
     big = gpu.memory_GB * 1e9 >= 70 * 2**30 and not point.gpu.startswith("a100")
     return BIG_GPU_DEFAULTS if big else OTHER_GPUS
+
+
+def block_size(point: Point) -> int:
+    """`--block-size` of the serve command, else vLLM's default (16)."""
+    v = _flag(point, "block-size")
+    return int(v) if v and v.isdigit() else BLOCK_SIZE
 
 
 def memory_utilization(point: Point) -> float:
@@ -167,11 +189,46 @@ def kv_pool(point: Point, params: RooflineParams) -> tuple[int, bool]:
     tokens, seqs = server_defaults(point)
     model = RooflineCostModel.from_dict(cost_dict(point, params))
     try:
-        estimate = model.num_gpu_blocks(memory_utilization(point), BLOCK_SIZE, tokens, seqs)
+        estimate = model.num_gpu_blocks(memory_utilization(point), block_size(point), tokens, seqs)
     except ValueError:
         estimate = 0
-    floor = -(-vllm_max_model_len(point) // BLOCK_SIZE)
+    floor = -(-vllm_max_model_len(point) // block_size(point))
     return max(estimate, floor), estimate < floor
+
+
+def kv_transfer_for(point: Point) -> dict:
+    """The P/D hand-off of a P/D point: the preset of the connector its
+    source ran, with the TP layouts as served. The handshake is made before
+    the measured run: `vllm bench serve` sends one test prompt through the
+    whole path first ("Starting initial single prompt test run"), the first
+    contact of a 1P1D pair (docs/validation.md, "How each point is
+    re-simulated"). Where the source measured its fabric
+    (`pd.bandwidth_GBps`), that bandwidth is the wire's (kv_link_for) and
+    the connector keeps the preset's other terms, not its bandwidth: the
+    documented way to switch a preset's bandwidth off is `preset: none`
+    with the terms set (docs/cost-model.md, "The P/D hand-off")."""
+    pd = point.pd or {}
+    preset = CONNECTOR_PRESETS[pd["connector"]]
+    kv: dict = {"preset": preset}
+    if pd.get("bandwidth_GBps"):
+        kv = {"preset": "none", **{k: v for k, v in PRESETS[preset].items() if k != "bandwidth_GBps"}}
+    kv.update(
+        {
+            "handshake_s": 0.0,
+            "prefill_tp": int(pd.get("prefill_tp") or point.tp),
+            "decode_tp": int(pd.get("decode_tp") or point.tp),
+        }
+    )
+    return kv
+
+
+def kv_link_for(point: Point) -> dict:
+    """The KV wire between a decode and a prefill node: the fabric bandwidth
+    the source measured, if it did. One FIFO wire per (decode, prefill) pair
+    (connector/link.py): concurrent transfers share it, as they share the
+    NICs; unmeasured fabrics are left to the connector preset."""
+    bandwidth = (point.pd or {}).get("bandwidth_GBps")
+    return {"bandwidth_MBps": float(bandwidth) * 1000.0} if bandwidth else {}
 
 
 def scenario_for(point: Point, params: RooflineParams, seed: int = 0) -> dict:
@@ -180,6 +237,7 @@ def scenario_for(point: Point, params: RooflineParams, seed: int = 0) -> dict:
     wl = workload_for(point)
     blocks, _ = kv_pool(point, params)
     engine = {
+        "block_size": block_size(point),
         "num_gpu_blocks": blocks,
         "gpu_memory_utilization": memory_utilization(point),
         "max_num_batched_tokens": tokens,
@@ -188,20 +246,36 @@ def scenario_for(point: Point, params: RooflineParams, seed: int = 0) -> dict:
         "enable_prefix_caching": point.prefix_caching,
         "async_scheduling": False,
     }
+    cluster: dict = {
+        "prefill": {"count": 0},
+        "decode": {"count": point.replicas, "engine": engine, "pp_size": point.pp},
+        "cost_model": cost_dict(point, params),
+        "routing": "round_robin",
+        # The API server is applied after the run (front_end_replay.py), on
+        # the engine-side timeline, so one run serves every front-end trial.
+        "front_end": {"preset": "off"},
+        # The shadow KV store checks block contents; it changes no timing and costs a third of the run.
+        "shadow_kv": False,
+    }
+    if point.pd is not None:
+        pd = point.pd
+        cluster.update(
+            {
+                "prefill": {"count": int(pd["num_prefill"]), "engine": engine, "pp_size": point.pp},
+                "decode": {"count": int(pd["num_decode"]), "engine": engine, "pp_size": point.pp},
+                "kv_transfer": kv_transfer_for(point),
+                "links": {"kv": kv_link_for(point)},
+                # The hand-off carries the model's real K/V (bytes per token of the cost model).
+                "bytes_per_token": "auto",
+                "kv_pull_timeout_s": PD_PULL_TIMEOUT_S,
+                "kv_pull_deadline_s": PD_PULL_TIMEOUT_S,
+            }
+        )
     return {
         "name": f"validate-{point.id}"[:100],
         "runtime": "inproc",
         "seed": seed,
-        "cluster": {
-            "prefill": {"count": 0},
-            "decode": {"count": point.replicas, "engine": engine, "pp_size": point.pp},
-            "cost_model": cost_dict(point, params),
-            "routing": "round_robin",
-            # The API server is applied after the run (front_end_replay.py), not by the proxy yet.
-            "front_end": {"preset": "off"},
-            # The shadow KV store checks block contents; it changes no timing and costs a third of the run.
-            "shadow_kv": False,
-        },
+        "cluster": cluster,
         "workload": wl,
         "variants": [{"name": "published"}],
         "repeats": 1,

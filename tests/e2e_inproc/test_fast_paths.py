@@ -204,15 +204,19 @@ def test_cancelled_hold_timers_end_no_forward() -> None:
     come due mid-decode as with ones far past the end of the run."""
     workload = [WorkloadRequest(f"r{i}", 0.001 * i, 100, 400) for i in range(4)]
     jumps = {}
+    # A free hand-off: the done report comes well within the 0.5 s hold (NIXL's 2 s handshake would not).
+    free = KVTransferSettings(preset="none")
     for hold in (0.5, 1000.0):
-        spec = _steady_cluster(1, False).model_copy(update={"kv_hold_timeout_s": hold})
+        spec = _steady_cluster(1, False).model_copy(update={"kv_hold_timeout_s": hold, "kv_transfer": free})
         cluster = InProcCluster(spec, seed=0)
         cluster.submit(workload)
         result = cluster.run()
         assert result.node_counters["prefill-0"]["kv_hold_timeouts"] == 0
         jumps[hold] = [f.jumps for f in cluster._forwarders]
     assert jumps[0.5] == jumps[1000.0]
-    plain, fast = run_both(_steady_cluster(1, False).model_copy(update={"kv_hold_timeout_s": 0.5}), workload)
+    plain, fast = run_both(
+        _steady_cluster(1, False).model_copy(update={"kv_hold_timeout_s": 0.5, "kv_transfer": free}), workload
+    )
     assert_identical(plain, fast)
 
 

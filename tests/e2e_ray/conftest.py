@@ -20,6 +20,9 @@ def make_spec(**overrides) -> ClusterSpec:
         "time_scale": 0.1,
         "kv_pull_timeout_s": 0.5,
         "kv_pull_deadline_s": 3.0,
+        # The transport and its faults are these tests' subject, with timeouts sized for a hand-off
+        # that costs only its links; the connector's own terms are tests/unit/test_pd_timeline.py's.
+        "kv_transfer": {"preset": "none"},
     }
     base.update(overrides)
     return ClusterSpec.model_validate(base)

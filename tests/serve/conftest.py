@@ -26,6 +26,9 @@ def serve_spec(**overrides) -> ClusterSpec:
         "decode": {"count": 1, "engine": {"num_gpu_blocks": 2000, "max_model_len": 4096, "async_scheduling": True}},
         "links": {"kv": {"delay_ms": 1.0}},
         "cost_model": "synthetic-8b",
+        # The server is these tests' subject, with timings pinned for a hand-off that costs only its
+        # links (NIXL's first-contact handshake alone would be 2 s).
+        "kv_transfer": {"preset": "none"},
     }
     base.update(overrides)
     return ClusterSpec.model_validate(base)

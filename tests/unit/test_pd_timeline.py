@@ -113,7 +113,7 @@ def test_a_request_waits_out_a_handshake_in_progress():
 
 
 def test_block_size_sets_the_descriptor_count():
-    s16 = spec(descriptor_us=1000, bandwidth_GBps=None, handshake_s=0)
+    s16 = spec(preset="none", descriptor_us=1000, bandwidth_GBps=None, handshake_s=0)
     s64 = s16.model_copy(deep=True)
     for g in (s64.prefill, s64.decode):
         g.engine.block_size = 64
