@@ -28,6 +28,7 @@ from cluster.spec import (
     LinksSpec,
     NodeGroup,
     RooflineSettings,
+    RoutingWeights,
     SamplerSettings,
 )
 from engine.cost_model import cost_model_names
@@ -54,6 +55,7 @@ SECTIONS: list[tuple[str, str, type[BaseModel]]] = [
     ("Trace replay", "trace", TraceSource),
     ("Cluster", "cluster", ClusterSpec),
     ("Node groups", "cluster.prefill / cluster.decode", NodeGroup),
+    ("Routing weights", "cluster.routing_weights", RoutingWeights),
     ("Engine settings", "cluster.{prefill,decode}.engine", EngineSettings),
     ("Links", "cluster.links", LinksSpec),
     ("One link", "cluster.links.{proxy,kv,stage}", LinkSettings),

@@ -30,6 +30,7 @@ from engine.roofline import RooflineCostModel
 from engine.v0.config import SchedulerConfig as V0SchedulerConfig
 from node.settings import NodeSettings
 from proxy.ports import ProxySettings
+from proxy.routing import PREFIX_POLICIES, ScoreWeights
 from proxy.timeline import ProxyTimeline
 
 from .kv_transfer import KVTransferSettings
@@ -54,7 +55,7 @@ V1_ONLY_SETTINGS = {
 MAX_BLOCKS = 1_000_000  # KV blocks per node (an 80 GB GPU holds ~30k 16-token blocks of an 8B model)
 MAX_TOKENS = 10_000_000  # max_model_len, token budgets, thresholds
 MAX_SEQS = 65_536
-MAX_NODES = 64  # per node group
+MAX_NODES = 256  # per node group (a fleet: docs/fleet.md)
 MAX_PP = 64
 MAX_LINK_MS = 600_000.0  # ten minutes of one-way delay or jitter
 MIN_BANDWIDTH_MBPS = 0.001  # 1 kB/s; slower would make one block take hours
@@ -174,10 +175,26 @@ class EngineSettings(_Strict):
         )
 
 
+RoutingPolicy = Literal["round_robin", "least_loaded", "prefix_aware", "kv_aware"]
+
+
 class NodeGroup(_Strict):
     count: int = Field(1, ge=0, le=MAX_NODES)
     pp_size: int = Field(1, ge=1, le=MAX_PP)
     engine: EngineSettings = Field(default_factory=EngineSettings)
+    # How the proxy picks a node of this pool (proxy/routing.py); unset: the cluster's `routing`.
+    routing: RoutingPolicy | None = None
+
+
+class RoutingWeights(_Strict):
+    """The kv_aware policy's weights (docs/fleet.md): its prefix-hit, queue-depth and KV-usage scores."""
+
+    prefix: float = Field(3.0, ge=0, le=1e6)
+    queue: float = Field(2.0, ge=0, le=1e6)
+    kv_usage: float = Field(2.0, ge=0, le=1e6)
+
+    def weights(self) -> ScoreWeights:
+        return ScoreWeights(self.prefix, self.queue, self.kv_usage)
 
 
 OutageStart = Annotated[float, Field(ge=0, le=MAX_RUN_S)]
@@ -313,6 +330,12 @@ def _load_preset_file(path: str) -> dict:
     return data
 
 
+def _blocks(group: NodeGroup) -> int:
+    blocks = group.engine.num_gpu_blocks
+    assert isinstance(blocks, int)  # "auto" is resolved at validation
+    return blocks
+
+
 class NodePlan(NamedTuple):
     """One node of a cluster, as a runtime builds it."""
 
@@ -328,8 +351,11 @@ class ClusterSpec(_Strict):
     # A built-in name (synthetic set or roofline preset), a preset file (*.json,
     # from `disagg-sim calibrate`), linear coefficients, or a roofline mapping.
     cost_model: str | CostModelSettings | RooflineSettings = "synthetic-8b"
-    # prefix_aware: to the node the proxy sent the longest prefix of the prompt before.
-    routing: Literal["round_robin", "least_loaded", "prefix_aware"] = "round_robin"
+    # Both pools' routing unless a pool sets its own (prefill.routing, decode.routing).
+    # prefix_aware: to the node the proxy sent the longest prefix of the prompt before;
+    # kv_aware: weighted prefix-hit, queue-depth and KV-usage scores (routing_weights).
+    routing: RoutingPolicy = "round_robin"
+    routing_weights: RoutingWeights = Field(default_factory=RoutingWeights)
     # vLLM's API server in front of the engines (Front end, below).
     front_end: FrontEndSettings = Field(default_factory=FrontEndSettings)
     sampler: SamplerSettings = Field(default_factory=SamplerSettings)
@@ -437,9 +463,14 @@ class ClusterSpec(_Strict):
 
     def prompt_hashes(self, request_id: str, prompt_len: int, segments: Sequence[tuple[int, int]]) -> list[int]:
         """A prompt's block hashes for prefix-aware routing (empty under other policies)."""
-        if self.routing != "prefix_aware":
+        if not any(self.pool_routing(role) in PREFIX_POLICIES for role in ("prefill", "decode")):
             return []
         return prompt_block_hashes(PromptTokens.of(request_id, prompt_len, segments), self.decode.engine.block_size)
+
+    def pool_routing(self, role: str) -> str:
+        """The routing policy of the `role` pool."""
+        group = self.prefill if role == "prefill" else self.decode
+        return group.routing or self.routing
 
     def kv_policy(self) -> KVFaultPolicy:
         hold = self.kv_hold_timeout_s if self.kv_hold_timeout_s is not None else max(120.0, 6 * self.kv_pull_deadline_s)
@@ -477,6 +508,10 @@ class ClusterSpec(_Strict):
             routing=self.routing,
             ignore_eos=self.sampler.ignore_eos,
             prompt_hashes=self.prompt_hashes,
+            pool_routing={role: self.pool_routing(role) for role in ("prefill", "decode")},
+            score_weights=self.routing_weights.weights(),
+            pool_blocks={role: _blocks(g) for role, g in (("prefill", self.prefill), ("decode", self.decode))},
+            block_size=self.decode.engine.block_size,
             timeline=self.kv_transfer.proxy_timeline() if self.disaggregated else ProxyTimeline(),
             # One API server in front of the cluster (a fresh queue per run):
             # parse, chat template and tokenize each request in turn, then IPC.
