@@ -82,6 +82,7 @@ def child(args: argparse.Namespace) -> None:
         "setup_s": t1 - t0,
         "run_s": t2 - t1,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "cpu_s": time.process_time(),
         "num_steps": result.extra["num_steps"],
         "num_events": result.extra["num_events"],
         "simulated_s": result.duration,
@@ -155,10 +156,12 @@ def entry(args: argparse.Namespace, r: dict) -> str:
         f"--requests {args.requests} --rate {args.rate:g} --routing {args.routing} --cost-model {args.cost_model} "
         "--record`.",
         "",
-        "| wall s (process) | setup s | run s | peak RSS MB | simulated s | steps | steps / wall s | events |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-        f"| {r['wall_s']:.0f} | {r['setup_s']:.0f} | {r['run_s']:.0f} | {r['peak_rss_mb']:.0f} | "
-        f"{r['simulated_s']:.1f} | {r['num_steps']:,} | {steps_per_s:,.0f} | {r['num_events']:,} |",
+        "| wall s (process) | CPU s | setup s | run s | peak RSS MB | simulated s | steps | steps / wall s "
+        "| steps / CPU s | events |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {r['wall_s']:.0f} | {r['cpu_s']:.0f} | {r['setup_s']:.0f} | {r['run_s']:.0f} | {r['peak_rss_mb']:.0f} | "
+        f"{r['simulated_s']:.1f} | {r['num_steps']:,} | {steps_per_s:,.0f} | {r['num_steps'] / r['cpu_s']:,.0f} | "
+        f"{r['num_events']:,} |",
         "",
         f"- Requests: {m['num_requests']:,}, completed {m['completed']:,}, failed {m['failed']:,}; "
         f"{m['total_output_tokens']:,} output tokens; invariant errors: {r['invariant_errors']}.",
