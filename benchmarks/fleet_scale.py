@@ -70,8 +70,17 @@ def child(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     workload = generate_workload(parse_workload_spec(workload_dict(args.requests, args.rate)))
     metrics = StreamedMetrics(t0=workload[0].arrival_time)
+    every = max(1, args.requests // 20)
+
+    def add(batch: list) -> None:
+        before = metrics.num_requests
+        metrics.add(batch)
+        if before // every != metrics.num_requests // every:  # progress, on stderr
+            cpu = time.process_time()
+            print(f"  {metrics.num_requests:,} requests done, CPU {cpu:.0f} s", file=sys.stderr, flush=True)
+
     with collector_paused():
-        cluster = InProcCluster(spec, seed=0, stream=metrics.add, keep_steps=False)
+        cluster = InProcCluster(spec, seed=0, stream=add, keep_steps=False)
         cluster.submit(workload)
     del workload
     t1 = time.perf_counter()
