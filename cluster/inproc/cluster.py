@@ -222,6 +222,8 @@ class InProcCluster:
             batch, sampler.token_at, sampler.eos_token_id, self.spec.decode.engine.max_model_len, ()
         )
         self._stream_errors.extend(errors)
+        for rec in batch:
+            sampler.forget(rec.request_id)  # its cached hash: recomputed should a node still ask
         assert self._stream is not None
         self._stream(batch)
 
