@@ -193,6 +193,14 @@ class RoutingWeights(_Strict):
     queue: float = Field(2.0, ge=0, le=1e6)
     kv_usage: float = Field(2.0, ge=0, le=1e6)
 
+    @model_validator(mode="after")
+    def _some_weight(self) -> RoutingWeights:
+        if self.prefix == self.queue == self.kv_usage == 0:
+            raise ValueError(
+                "routing_weights are all 0 (every node would tie); allowed: at least one of prefix, queue, kv_usage > 0"
+            )
+        return self
+
     def weights(self) -> ScoreWeights:
         return ScoreWeights(self.prefix, self.queue, self.kv_usage)
 

@@ -90,3 +90,9 @@ def test_kv_aware_with_only_the_prefix_weight_acts_as_prefix_aware():
 def test_an_unknown_pool_policy_is_refused_naming_the_allowed_ones():
     with pytest.raises(ValueError, match="(?s)decode.routing.*'kv_aware'"):
         ClusterSpec.model_validate({"decode": {"routing": "random"}})
+
+
+def test_routing_weights_all_zero_are_refused():
+    allowed = "allowed: at least one of prefix, queue, kv_usage > 0"
+    with pytest.raises(ValueError, match=f"routing_weights are all 0.*{allowed}"):
+        ClusterSpec.model_validate({"routing_weights": {"prefix": 0, "queue": 0, "kv_usage": 0}})
