@@ -51,6 +51,16 @@ GLOSSARY: dict[str, Entry] = {
     "max_output_tokens_per_s": _E(
         SERVE, "Most output tokens in one 1-second window.", "tok/s", "max_output_tokens_per_s"
     ),
+    "request_goodput": _E(
+        SERVE,
+        "Completed requests meeting every `report.slo` target (TTFT, TPOT, E2EL; a one-token request's TPOT is 0)"
+        " / duration: DistServe's goodput. Only with `report.slo`.",
+        "req/s",
+        "request_goodput",
+    ),
+    "slo_attainment_pct": _E(
+        SERVE, "Requests meeting every `report.slo` target / all requests x 100. Only with `report.slo`.", "%"
+    ),
     # -- steps
     "num_steps": _E(STEPS, "Engine steps (scheduled batches).", "steps"),
     "mean_kv_usage": _E(STEPS, "KV blocks in use / all blocks, mean over steps.", "fraction", _KV_USAGE),

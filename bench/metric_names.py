@@ -83,6 +83,11 @@ def counter_names(specs: Iterable[ClusterSpec]) -> set[str]:
     return names
 
 
-def known_metric_names(specs: Iterable[ClusterSpec], percentiles: Sequence[float]) -> set[str]:
+GOODPUT_METRICS = ("request_goodput", "slo_attainment_pct")
+
+
+def known_metric_names(specs: Iterable[ClusterSpec], percentiles: Sequence[float], slo: bool = False) -> set[str]:
+    """`slo`: the scenario sets latency targets (its results have the goodput keys)."""
     specs = list(specs)
-    return serving_metric_names(percentiles) | step_metric_names() | counter_names(specs) | set(IDENTITY_METRICS)
+    names = serving_metric_names(percentiles) | step_metric_names() | counter_names(specs) | set(IDENTITY_METRICS)
+    return names | set(GOODPUT_METRICS) if slo else names

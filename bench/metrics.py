@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -130,6 +130,8 @@ class ServeMetrics:
     latencies: dict[str, LatencyStats] = field(default_factory=dict)
     # Per part of the TTFT (proxy/breakdown.py), over the successful requests that have one.
     ttft_breakdown: dict[str, LatencyStats] = field(default_factory=dict)
+    # With latency targets (`slo`): the completed requests that met them all.
+    good: int | None = None
 
     def to_dict(self) -> dict[str, float | int]:
         """Flat dict with `vllm bench serve`'s result keys (plus our queue/remote-KV ones)."""
@@ -154,6 +156,9 @@ class ServeMetrics:
             out[f"mean_{name}_ms"] = stats.mean_ms
             out[f"median_{name}_ms"] = stats.median_ms
             out[f"p99_{name}_ms"] = stats.percentiles_ms[99]
+        if self.good is not None:
+            out["request_goodput"] = self.good / self.duration if self.duration > 0 else 0.0
+            out["slo_attainment_pct"] = 100.0 * self.good / self.num_requests if self.num_requests else 0.0
         return out
 
 
@@ -175,8 +180,12 @@ def compute_metrics(
     *,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     duration: float | None = None,
+    slo: Mapping[str, float] | None = None,
 ) -> ServeMetrics:
-    """Aggregate a run's request records. `duration` defaults to `run_window`'s span."""
+    """Aggregate a run's request records. `duration` defaults to `run_window`'s span.
+    `slo`: latency targets in seconds by metric ("ttft", "tpot", "e2el"): the
+    completed requests meeting every one are counted (goodput, as vLLM's
+    `--goodput` and DistServe count it; a one-token request's TPOT is 0)."""
     for p in percentiles:
         if not 0 <= p <= 100:
             raise ValueError(f"percentile {p} is outside [0, 100]")
@@ -229,6 +238,9 @@ def compute_metrics(
         "remote_kv_wait": kv_waits,
     }
     completed = len(ok)
+    good = None
+    if slo is not None:
+        good = sum(1 for _, lat in ok if meets_slo(lat, slo))
     return ServeMetrics(
         num_requests=len(records),
         completed=completed,
@@ -245,7 +257,14 @@ def compute_metrics(
         percentiles=pcts,
         latencies={name: latency_stats(values, pcts) for name, values in lists.items()},
         ttft_breakdown={part: latency_stats(values, BREAKDOWN_PERCENTILES) for part, values in parts.items()},
+        good=good,
     )
+
+
+def meets_slo(lat: RequestLatencies, slo: Mapping[str, float]) -> bool:
+    """Whether a completed request met every latency target (seconds)."""
+    got = {"ttft": lat.ttft, "tpot": lat.tpot or 0.0, "e2el": lat.e2el}
+    return all(got[k] <= target for k, target in slo.items())
 
 
 def max_overlap(intervals: Iterable[tuple[float, float]]) -> int:

@@ -97,12 +97,14 @@ def build_result(
     include_requests: bool = False,
     include_token_times: bool = False,
     extra: Mapping[str, Any] | None = None,
+    slo: Mapping[str, float] | None = None,
 ) -> dict:
-    """Everything a report needs about one run, as a JSON-ready dict."""
+    """Everything a report needs about one run, as a JSON-ready dict
+    (`slo`: latency targets in seconds, for `request_goodput`)."""
     if clock not in CLOCKS:
         raise ResultsError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
     counters_by_node = counters_by_node or {}
-    metrics = compute_metrics(records, percentiles=percentiles, duration=duration)
+    metrics = compute_metrics(records, percentiles=percentiles, duration=duration, slo=slo)
     steps_agg = step_aggregates(steps)
     per_node_steps = steps_agg.pop("per_node")
     result: dict[str, Any] = {

@@ -38,6 +38,7 @@ class ScenarioOutcome:
     table: tuple | None = None  # (baseline, metrics, variant -> metric -> Cell)
     breakdown: tuple | None = None  # the TTFT breakdown's table, in the same form
     report: Path | None = None
+    best: tuple[str, float] | None = None  # report.best: the variant named and its mean
 
     @property
     def exit_code(self) -> int:
@@ -169,6 +170,14 @@ def run_scenario(
         console.print(format_threshold_table(outcome.threshold_outcomes))
         failed = sum(not o.passed for o in outcome.threshold_outcomes)
         console.print(f"thresholds: {len(outcome.threshold_outcomes) - failed} passed, {failed} failed")
+    if report.best is not None:
+        outcome.best = best_variant(outcome.results, report.best.metric, report.best.goal)
+        if outcome.best is not None:
+            name, value = outcome.best
+            console.print(f"best variant by {report.best.metric} ({report.best.goal}): {name} ({value:.6g})")
+            if outcome.out_dir is not None:
+                best = {"metric": report.best.metric, "goal": report.best.goal, "variant": name, "mean": value}
+                (outcome.out_dir / "best.json").write_text(json.dumps(best, indent=2) + "\n")
     if has_v0_node_anywhere(scenario):
         renderable, v0_data = v0_report(outcome.results, outcome.runs, scenario)
         if renderable is not None:
@@ -191,6 +200,22 @@ def run_scenario(
     elif outcome.out_dir is not None:
         console.print(f"results in {outcome.out_dir}")
     return outcome
+
+
+def best_variant(results: list[dict], metric: str, goal: str) -> tuple[str, float] | None:
+    """The variant whose mean of `metric` over its repeats is highest (`goal`
+    "max") or lowest; ties go to the variant run first. None: no result has it."""
+    values: dict[str, list[float]] = {}
+    for r in results:
+        v = r.get(metric)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            values.setdefault(r["variant"], []).append(float(v))
+    if not values:
+        return None
+    means = {name: sum(vs) / len(vs) for name, vs in values.items()}
+    sign = 1.0 if goal == "max" else -1.0
+    name = max(means, key=lambda n: sign * means[n])  # max keeps the first of equals
+    return name, means[name]
 
 
 def distortion_lines(results: list[dict]) -> list[str]:

@@ -282,6 +282,13 @@ class Scenario:
                     f"report.metrics[{i}]={metric!r} is not a metric of this scenario's results"
                     f"{did_you_mean(metric, known)} (`disagg-sim schema --metrics` lists them)",
                 )
+        if report.best is not None and report.best.metric not in known:
+            metric = report.best.metric
+            raise self._fail(
+                ("report", "best", "metric"),
+                f"report.best.metric={metric!r} is not a metric of this scenario's results"
+                f"{did_you_mean(metric, known)} (`disagg-sim schema --metrics` lists them)",
+            )
 
     def _check_thresholds(self) -> None:
         """Thresholds parse, and every metric and variant they name exists."""
@@ -320,7 +327,8 @@ class Scenario:
         if getattr(self, "_known", None) is None:
             from .metric_names import known_metric_names
 
-            self._known = known_metric_names(self._clusters.values(), self.file.report.percentiles)
+            report = self.file.report
+            self._known = known_metric_names(self._clusters.values(), report.percentiles, report.slo is not None)
         return self._known
 
     # -- what the runner uses ---------------------------------------------------------

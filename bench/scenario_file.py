@@ -99,6 +99,32 @@ class Chaos(_Strict):
         return self
 
 
+class SLO(_Strict):
+    """Latency targets a request must meet to count in `request_goodput` (vLLM's `--goodput`)."""
+
+    ttft_ms: float | None = Field(None, gt=0, le=3_600_000)
+    tpot_ms: float | None = Field(None, gt=0, le=3_600_000)
+    e2el_ms: float | None = Field(None, gt=0, le=3_600_000)
+
+    @model_validator(mode="after")
+    def _one_target_at_least(self) -> SLO:
+        if self.ttft_ms is None and self.tpot_ms is None and self.e2el_ms is None:
+            raise ValueError("an slo needs a target; allowed: ttft_ms, tpot_ms and/or e2el_ms")
+        return self
+
+    def targets_s(self) -> dict[str, float]:
+        """The targets set, in seconds, by metric (ttft, tpot, e2el)."""
+        ms = {"ttft": self.ttft_ms, "tpot": self.tpot_ms, "e2el": self.e2el_ms}
+        return {k: v / 1000 for k, v in ms.items() if v is not None}
+
+
+class Best(_Strict):
+    """The variant the report names best: the highest (`goal: max`) or lowest mean of a metric."""
+
+    metric: str = Field(min_length=1, max_length=200)
+    goal: Literal["max", "min"] = "max"
+
+
 class Report(_Strict):
     # The variant others are compared with (ratio of means); default: the first.
     baseline: str | None = None
@@ -110,6 +136,10 @@ class Report(_Strict):
     plots: bool = True
     # Per-request detail (latencies, finish reason) in every results JSON.
     include_requests: bool = False
+    # Latency targets: results get request_goodput (req/s meeting all) and slo_attainment_pct.
+    slo: SLO | None = None
+    # Name the best variant by a metric's mean over repeats (e.g. {metric: request_goodput}).
+    best: Best | None = None
 
     @field_validator("percentiles")
     @classmethod

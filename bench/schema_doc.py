@@ -23,10 +23,11 @@ from cluster.cost_settings import CostModelSettings, FrontEndSettings, RooflineS
 from cluster.engine_settings import EngineSettings, NodeGroup, SamplerSettings
 from cluster.kv_transfer import KVTransferSettings
 from cluster.link_settings import LinkSettings, LinksSpec
+from cluster.routing_settings import RoutingWeights
 from cluster.spec import ClusterSpec
 from engine.cost_model import cost_model_names
 
-from .scenario_file import Chaos, Fault, Report, ScenarioFile, TraceSource, Variant
+from .scenario_file import SLO, Best, Chaos, Fault, Report, ScenarioFile, TraceSource, Variant
 from .workloads.arrivals import AllAtOnceArrivals, ConstantArrivals, GammaArrivals, PoissonArrivals
 from .workloads.lengths import (
     EmpiricalLengths,
@@ -46,9 +47,12 @@ SECTIONS: list[tuple[str, str, type[BaseModel]]] = [
     ("Faults", "faults[]", Fault),
     ("Chaos", "chaos", Chaos),
     ("Report", "report", Report),
+    ("Latency targets", "report.slo", SLO),
+    ("Best variant", "report.best", Best),
     ("Trace replay", "trace", TraceSource),
     ("Cluster", "cluster", ClusterSpec),
     ("Node groups", "cluster.prefill / cluster.decode", NodeGroup),
+    ("Routing weights", "cluster.routing_weights", RoutingWeights),
     ("Engine settings", "cluster.{prefill,decode}.engine", EngineSettings),
     ("Links", "cluster.links", LinksSpec),
     ("One link", "cluster.links.{proxy,kv,stage}", LinkSettings),
@@ -241,11 +245,12 @@ def metric_reference() -> str:
         ClusterSpec(),
         ClusterSpec.model_validate({"prefill": {"count": 0}, "decode": {"engine": {"engine": "v0"}}}),
     ]
-    names = sorted(known_metric_names(specs, [50, 90, 99]))
+    names = sorted(known_metric_names(specs, [50, 90, 99], slo=True))
     return (
         "## Metric names\n\n"
         "What thresholds (`metric[variant]`) and `report.metrics` may name, for the default percentiles "
-        "(50, 90, 99: `p<P>_<metric>_ms` follows `report.percentiles`) and both engines. "
+        "(50, 90, 99: `p<P>_<metric>_ms` follows `report.percentiles`) and both engines "
+        "(`request_goodput` and `slo_attainment_pct` with `report.slo` only). "
         "`disagg-sim schema --metrics SCENARIO` lists a scenario's own.\n\n"
         + "\n".join(f"- `{n}`" for n in names)
         + "\n"

@@ -217,6 +217,7 @@ class Sweep:
             percentiles=report.percentiles,
             duration=run.duration,
             include_requests=report.include_requests,
+            slo=report.slo.targets_s() if report.slo is not None else None,
             extra={
                 "runtime": runtime,
                 "wall_seconds": wall,

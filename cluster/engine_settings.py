@@ -12,6 +12,7 @@ from engine.config import MODELLED_VLLM_VERSIONS, CacheConfig, PreemptionGuard, 
 from engine.node_core import NodeSpec
 from engine.v0.config import SchedulerConfig as V0SchedulerConfig
 
+from .routing_settings import RoutingPolicy
 from .settings_base import MAX_NODES, MAX_SEED, StrictModel, from_setting, int_or_auto, settings_for
 
 # v1 settings with the value that leaves them unused; a v0 node accepts only that.
@@ -109,6 +110,8 @@ class NodeGroup(StrictModel):
     count: int = Field(1, ge=0, le=MAX_NODES)
     pp_size: int = from_setting(NodeSpec, "pipeline_parallel_size")
     engine: EngineSettings = Field(default_factory=EngineSettings)
+    # How the proxy picks a node of this pool (proxy/routing.py); unset: the cluster's `routing`.
+    routing: RoutingPolicy | None = None
 
 
 class SamplerSettings(StrictModel):

@@ -29,7 +29,7 @@ __all__ = [
     "settings_for",
 ]
 
-MAX_NODES = 64  # per node group
+MAX_NODES = 256  # per node group (a fleet: docs/fleet.md)
 
 
 class DerivedFrom:

@@ -23,13 +23,21 @@ from engine.prompt import PromptTokens
 from engine.roofline import RooflineCostModel
 from node.settings import NodeSettings
 from proxy.ports import ProxySettings
+from proxy.routing import PREFIX_POLICIES
 from proxy.timeline import ProxyTimeline
 
 from .cost_settings import CostModelSettings, FrontEndSettings, RooflineSettings, load_preset_file
 from .engine_settings import EngineSettings, NodeGroup, SamplerSettings
 from .kv_transfer import KVTransferSettings
 from .link_settings import LinksSpec
+from .routing_settings import RoutingPolicy, RoutingWeights
 from .settings_base import MAX_BLOCKS, MAX_RUN_S, StrictModel, from_setting, int_or_auto
+
+
+def _blocks(group: NodeGroup) -> int:
+    blocks = group.engine.num_gpu_blocks
+    assert isinstance(blocks, int)  # "auto" is resolved at validation
+    return blocks
 
 
 class NodePlan(NamedTuple):
@@ -47,8 +55,11 @@ class ClusterSpec(StrictModel):
     # A built-in name (synthetic set or roofline preset), a preset file (*.json,
     # from `disagg-sim calibrate`), linear coefficients, or a roofline mapping.
     cost_model: str | CostModelSettings | RooflineSettings = "synthetic-8b"
-    # prefix_aware: to the node the proxy sent the longest prefix of the prompt before.
-    routing: Literal["round_robin", "least_loaded", "prefix_aware"] = "round_robin"
+    # Both pools' routing unless a pool sets its own (prefill.routing, decode.routing).
+    # prefix_aware: to the node the proxy sent the longest prefix of the prompt before;
+    # kv_aware: weighted prefix-hit, queue-depth and KV-usage scores (routing_weights).
+    routing: RoutingPolicy = "round_robin"
+    routing_weights: RoutingWeights = Field(default_factory=RoutingWeights)
     # vLLM's API server in front of the engines (Front end, below).
     front_end: FrontEndSettings = Field(default_factory=FrontEndSettings)
     sampler: SamplerSettings = Field(default_factory=SamplerSettings)
@@ -149,9 +160,14 @@ class ClusterSpec(StrictModel):
 
     def prompt_hashes(self, request_id: str, prompt_len: int, segments: Sequence[tuple[int, int]]) -> list[int]:
         """A prompt's block hashes for prefix-aware routing (empty under other policies)."""
-        if self.routing != "prefix_aware":
+        if not any(self.pool_routing(role) in PREFIX_POLICIES for role in ("prefill", "decode")):
             return []
         return prompt_block_hashes(PromptTokens.of(request_id, prompt_len, segments), self.decode.engine.block_size)
+
+    def pool_routing(self, role: str) -> str:
+        """The routing policy of the `role` pool."""
+        group = self.prefill if role == "prefill" else self.decode
+        return group.routing or self.routing
 
     def kv_policy(self) -> KVFaultPolicy:
         hold = self.kv_hold_timeout_s if self.kv_hold_timeout_s is not None else max(120.0, 6 * self.kv_pull_deadline_s)
@@ -202,6 +218,10 @@ class ClusterSpec(StrictModel):
             routing=self.routing,
             ignore_eos=self.sampler.ignore_eos,
             prompt_hashes=self.prompt_hashes,
+            pool_routing={role: self.pool_routing(role) for role in ("prefill", "decode")},
+            score_weights=self.routing_weights.weights(),
+            pool_blocks={role: _blocks(g) for role, g in (("prefill", self.prefill), ("decode", self.decode))},
+            block_size=self.decode.engine.block_size,
             timeline=timeline.scaled(time_scale) if time_scale != 1.0 else timeline,
             # One API server in front of the cluster (a fresh queue per run):
             # parse, chat template and tokenize each request in turn, then IPC.

@@ -10,13 +10,14 @@ Ray proxy actor)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from node.messages import ProxyMessage
 
 from .client import ClientPort
+from .routing import ScoreWeights
 from .timeline import FrontEnd, NoFrontEnd, ProxyTimeline
 
 # A prompt's block hashes for prefix-aware routing: (request id, prompt length, segments) -> hashes.
@@ -40,13 +41,24 @@ class TraceLog(Protocol):
 class ProxySettings:
     prefill: tuple[str, ...]  # prefill node names; none: every request goes straight to a decode node
     decode: tuple[str, ...]
-    routing: str
+    routing: str  # the policy of both pools unless a pool says (proxy/routing.py)
     ignore_eos: bool  # the cluster's sampler setting, for requests that do not say
     prompt_hashes: PromptHashes
+    block_size: int  # the decode pool's KV block size (tokens), for the kv_aware policy's usage estimate
+    # A pool's own policy ({"prefill": ..., "decode": ...}); a pool not named: `routing`.
+    pool_routing: Mapping[str, str] = field(default_factory=dict)
+    # The kv_aware policy's weights, and what it estimates KV usage by: the
+    # blocks of each pool's nodes.
+    score_weights: ScoreWeights = ScoreWeights()
+    pool_blocks: Mapping[str, int] = field(default_factory=dict)
     # The P/D hand-off's HTTP legs (proxy/timeline.py); all 0: none.
     timeline: ProxyTimeline = ProxyTimeline()
     # The API server's time (phase 1 plugs its `engine/front_end.py` model in here).
     front_end: FrontEnd = NoFrontEnd()
+
+    def policy(self, role: str) -> str:
+        """The routing policy of the `role` pool."""
+        return self.pool_routing.get(role, self.routing)
 
 
 @dataclass(frozen=True)

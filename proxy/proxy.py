@@ -7,10 +7,11 @@ The P/D request flow: a request goes to a prefill node with `max_tokens=1`
 and `do_remote_decode`; when its prompt is done the prefill node answers
 with `kv_transfer_params` and keeps the blocks, and the request goes with
 those params to a decode node, whose tokens stream to the client. Without
-prefill nodes a request goes straight to a decode node. Routing is per pool
-(proxy/routing.py); least-loaded counts the requests outstanding at each
-node as the proxy knows them (it cannot look into a node, in-process or on
-Ray, so both runtimes route alike).
+prefill nodes a request goes straight to a decode node. Routing is per pool,
+each pool with its own policy (proxy/routing.py); the load-reading policies
+count the requests outstanding at each node and their prompt blocks as the
+proxy knows them (it cannot look into a node, in-process or on Ray, so both
+runtimes route alike).
 
 A node's events count only for the requests routed to that node; others
 are dropped (`events_rejected`). The proxy's half of the fault policy: when
@@ -46,7 +47,7 @@ from .breakdown import breakdown
 from .client import Finished, Submission
 from .ports import KVTransferParams, ProxyPorts, ProxySettings
 from .requests import ProxiedRequest
-from .routing import PrefixIndex, Router
+from .routing import PREFIX_POLICIES, PrefixIndex, Router
 from .token_runs import FirstScheduled, TokenRuns
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,8 @@ class Proxy:
         self._prefill_set = set(settings.prefill)
         self.dead: set[str] = set()
         self.outstanding: dict[str, int] = {n: 0 for n in settings.prefill + settings.decode}
+        # Prompt blocks of the requests outstanding at each node: its KV usage as the proxy estimates it.
+        self.active_blocks: dict[str, int] = dict.fromkeys(self.outstanding, 0)
         self.requests: dict[str, ProxiedRequest] = {}  # in flight
         self.failures: dict[str, str] = {}  # request id -> why it finished with "error"
         self.rerouted: dict[str, int] = {}  # request id -> times re-routed to a live decode node
@@ -82,10 +85,21 @@ class Proxy:
         self._runs = TokenRuns(self)
 
     def _rebuild_routers(self) -> None:
+        s = self.settings
         load = self.outstanding.__getitem__
-        for role, names in (("prefill", self.settings.prefill), ("decode", self.settings.decode)):
+        active = self.active_blocks
+        for role, names in (("prefill", s.prefill), ("decode", s.decode)):
             live = [n for n in names if n not in self.dead]
-            self.routers[role] = Router(live, self.settings.routing, load, self._prefix_index[role]) if live else None
+            capacity = s.pool_blocks.get(role, 0)
+
+            def kv_usage(node: str, capacity: int = capacity) -> float:
+                return active[node] / capacity if capacity else 0.0
+
+            self.routers[role] = (
+                Router(live, s.policy(role), load, self._prefix_index[role], kv_usage, s.score_weights)
+                if live
+                else None
+            )
 
     # -- clients ----------------------------------------------------------------------
     def submit(self, items: Iterable[Submission]) -> None:
@@ -165,12 +179,14 @@ class Proxy:
             self._release_at_prefill(req)
             self._finish(req, "error", why=f"no live {role} node")
             return
-        if router.policy == "prefix_aware":
+        if router.policy in PREFIX_POLICIES:
             node = router.pick(self.settings.prompt_hashes(req.request_id, req.prompt_len, req.prompt_segments))
         else:
             node = router.pick()
         req.node, req.phase, req.counted = node, role, True
         self.outstanding[node] += 1
+        req.blocks = -(-(req.prompt_len + prompt_extra) // self.settings.block_size)
+        self.active_blocks[node] += req.blocks
         self.routed[node] += 1
         if event and self._log is not None:
             self._log(event, req.request_id, node, *([prompt_extra] if event == "reroute" else []))
@@ -360,6 +376,7 @@ class Proxy:
         if req.counted:
             req.counted = False
             self.outstanding[req.node] -= 1
+            self.active_blocks[req.node] -= req.blocks
 
     # -- faults -------------------------------------------------------------------------
     def node_died(self, node: str, why: str = "is gone") -> None:

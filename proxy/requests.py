@@ -25,6 +25,7 @@ class ProxiedRequest:
     done: bool = False
     sched_sent: bool = False  # the client has its first scheduled time
     counted: bool = False  # included in the proxy's outstanding count of `node`
+    blocks: int = 0  # its prompt's blocks, counted in the proxy's active blocks of `node` while `counted`
     prefill_node: str = ""  # holds the prompt's blocks until the decode node pulls them
     delivered: int = 0  # tokens sent to the client
     # When each part of its TTFT ended (proxy/breakdown.py), until its first token.

@@ -13,7 +13,7 @@ its ports the same way: the loop's time, the proxy links
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
 from operator import attrgetter
 
@@ -56,9 +56,17 @@ class InProcCluster:
         debug_invariants: bool = False,
         trace: bool = False,
         observer: RunObserver | None = None,
+        stream: Callable[[list[RequestRecord]], None] | None = None,
+        keep_steps: bool = True,
     ) -> None:
         """`observer` (optional) gets `on_step(StepRecord)` for every step of
-        every node and `on_request_finished(node_name, RequestRecord)`."""
+        every node and `on_request_finished(node_name, RequestRecord)`.
+
+        A fleet (docs/fleet.md): `stream` gets the finished requests' records
+        in batches, each batch checked first (the invariants of
+        cluster/invariants.py), and the run keeps none of them — its result's
+        `requests` is empty; `keep_steps=False`: the nodes keep no step
+        records (the result's `steps` is empty, `extra["num_steps"]` counts them)."""
         self.spec = spec
         self.observer = observer
         self.seed = seed
@@ -85,6 +93,11 @@ class InProcCluster:
         # client's records of token runs and the end-of-run check share it.
         self._sampler = DeterministicSampler(spec.sampler.seed + seed, spec.sampler.stop_probability)
         self.client = ClientRecords(self._sampler, observer)
+        self._stream = stream
+        self._keep_steps = keep_steps
+        self._stream_errors: list[str] = []
+        if stream is not None:
+            self.client.on_done_batch = self._check_and_stream
         self.links = InProcProxyLinks(self.loop, self.nodes, self._connection_broken)
         self.proxy = Proxy(
             spec.proxy_settings(),
@@ -179,6 +192,7 @@ class InProcCluster:
             producer.loop.keep_timings = False  # on the virtual clock every step takes its run time exactly
             producer.set_address(producer.name)  # in-process, a producer's address is its name
             self._producers[producer.name] = producer
+            producer.core.engine.record_steps = self._keep_steps
             return producer
         kv = InProcKVTransport(
             node_spec.name,
@@ -197,7 +211,24 @@ class InProcCluster:
         self._forwarders.append(forwarder)
         node.loop.fast_forward = forwarder
         self._bulk_outputs(node, self.fast_forward_active)  # a node restarted mid-run
+        node.core.engine.record_steps = self._keep_steps
         return node
+
+    def _check_and_stream(self, batch: list[RequestRecord]) -> None:
+        """A streamed batch: checked as the end of a run checks every record, then handed on."""
+        sampler = self._sampler
+        errors = check_requests(
+            batch, sampler.token_at, sampler.eos_token_id, self.spec.decode.engine.max_model_len, ()
+        )
+        self._stream_errors.extend(errors)
+        for rec in batch:
+            sampler.forget(rec.request_id)  # its cached hash: recomputed should a node still ask
+        assert self._stream is not None
+        self._stream(batch)
+
+    def _num_steps(self) -> int:
+        """Steps scheduled by the nodes now running (a restarted node's count starts again)."""
+        return sum(n.core.engine.num_steps for n in self.nodes.values())
 
     def _fast_forward_active(self) -> bool:
         return self.fast_forward_active
@@ -307,11 +338,19 @@ class InProcCluster:
             if name in self.restarts:
                 # The counters are the last process's; earlier ones died with theirs.
                 node_counters[name]["restarts"] = self.restarts[name]
+        streamed = self._stream is not None
+        if streamed:
+            self.client.flush_done()
         records = [self.records[r] for r in sorted(self.records, key=lambda r: (self.records[r].arrival_time, r))]
         sampler = self._sampler
         errors = check_requests(
             records, sampler.token_at, sampler.eos_token_id, self.spec.decode.engine.max_model_len, self.client.workload
         )
+        if streamed:
+            assert self._stream is not None
+            errors = self._stream_errors + errors
+            if records:  # those that never finished: counted, then gone too
+                self._stream(records)
         node_errors = 0
         for report in reports.values():
             errors.extend(report.invariant_errors)
@@ -320,6 +359,9 @@ class InProcCluster:
         # request finished; the nodes' tail (freeing held blocks) is not in it.
         ends = [r.finish_time for r in records if r.finish_time is not None]
         done = len(ends) == len(records)
+        if streamed:
+            ends = [self.client.last_finish] if self.client.last_finish else []
+            records = []
         return RunResult(
             clock="virtual",
             duration=max(ends) if done and ends else self.loop.now(),
@@ -336,6 +378,9 @@ class InProcCluster:
                 "failures": dict(self.proxy.failures),
                 "rerouted": dict(self.proxy.rerouted),
                 "events_rejected": self.proxy.events_rejected,
+                **(
+                    {} if self._keep_steps else {"num_steps": sum(n.core.engine.num_steps for n in self.nodes.values())}
+                ),
                 **(
                     {"chaos": chaos_report(self.chaos_faults, records, errors, node_errors).to_dict()}
                     if self.chaos_faults is not None

@@ -26,6 +26,12 @@ class ClientRecords:
         self.touched: set[str] | None = None
         # Called after each finish (the load driver's closed loop).
         self.on_finish: Callable[[], None] | None = None
+        # A fleet run's streaming (`InProcCluster(stream=...)`): finished records
+        # are handed over in batches of `stream_batch` and forgotten. None: kept.
+        self.on_done_batch: Callable[[list[RequestRecord]], None] | None = None
+        self.stream_batch = 1024
+        self._done: list[RequestRecord] = []
+        self.last_finish = 0.0  # the latest finish time (a streamed run's duration)
 
     def expect(self, w: WorkloadRequest) -> None:
         self.workload[w.request_id] = w
@@ -80,5 +86,21 @@ class ClientRecords:
             self.touched.add(event.request_id)
         if self.observer is not None:
             self.observer.on_request_finished(event.node or "proxy", rec)
+        if event.time > self.last_finish:
+            self.last_finish = event.time
+        if self.on_done_batch is not None:
+            self._done.append(rec)
+            if len(self._done) >= self.stream_batch:
+                self.flush_done()
         if self.on_finish is not None:
             self.on_finish()
+
+    def flush_done(self) -> None:
+        """Hand the finished records over and forget them (streaming only)."""
+        done, self._done = self._done, []
+        if not done or self.on_done_batch is None:
+            return
+        self.on_done_batch(done)
+        for rec in done:
+            del self.records[rec.request_id]
+            del self.workload[rec.request_id]

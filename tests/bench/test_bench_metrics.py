@@ -201,3 +201,16 @@ def test_step_record_dict_is_every_field_plus_kv_usage():
     d = s.to_dict()
     assert list(d) == [f.name for f in dataclasses.fields(StepRecord)] + ["kv_usage"]
     assert d == {**dataclasses.asdict(s), "kv_usage": s.kv_usage}
+
+
+def test_goodput_counts_completed_requests_meeting_every_slo_target():
+    # r1: ttft 1.0, tpot 0.75, e2el 2.5; r2: ttft 0.2, one token (tpot 0), e2el 0.2; r3, r4 never good.
+    records = hand_records()
+    both = compute_metrics(records, duration=4.0, slo={"ttft": 1.0, "tpot": 0.75}).to_dict()
+    assert both["request_goodput"] == 2 / 4.0 and both["slo_attainment_pct"] == 50.0
+    tight = compute_metrics(records, duration=4.0, slo={"ttft": 0.5, "tpot": 0.75}).to_dict()
+    assert tight["request_goodput"] == 1 / 4.0  # only r2's TTFT is within 0.5 s
+    e2el = compute_metrics(records, duration=4.0, slo={"e2el": 2.0}).to_dict()
+    assert e2el["request_goodput"] == 1 / 4.0
+    # Without targets, no goodput keys (results of scenarios without `report.slo` are unchanged).
+    assert "request_goodput" not in compute_metrics(records, duration=4.0).to_dict()

@@ -145,6 +145,28 @@ def test_the_proxy_routes_and_reroutes_alike_in_both_runtimes(ray_cluster):
     assert cluster.proxy.routed == ray.extra["routed"] == {"prefill-0": 15, "decode-0": 8, "decode-1": 5, "decode-2": 7}
 
 
+def test_kv_aware_routing_picks_the_same_nodes_in_both_runtimes(ray_cluster):
+    # The same fixed order of outputs as above; the decode pool scores its
+    # nodes (queue depth and the prompt blocks outstanding, 2:1 as weighted
+    # here), the prefill pool keeps round robin: the same choices on Ray.
+    from cluster.inproc import InProcCluster
+
+    spec = make_spec(
+        time_scale=1.0,
+        prefill={"count": 1, "engine": {"num_gpu_blocks": 2000}},
+        decode={"count": 3, "engine": {"num_gpu_blocks": 1000}, "routing": "kv_aware"},
+        routing_weights={"prefix": 3.0, "queue": 2.0, "kv_usage": 1.0},
+    )
+    wl = workload(12, 64, 120)
+    cluster = InProcCluster(spec, seed=4)
+    cluster.submit(wl)
+    inproc = cluster.run()
+    ray = run_ray(spec, wl, seed=4, handle=ray_cluster, timeout_s=90)
+    assert inproc.invariant_errors == [] and ray.invariant_errors == []
+    assert per_request(inproc) == per_request(ray)
+    assert cluster.proxy.routed == ray.extra["routed"] == {"prefill-0": 12, "decode-0": 4, "decode-1": 4, "decode-2": 4}
+
+
 def test_the_pd_timeline_runs_in_both_and_its_parts_add_up(ray_cluster):
     # NIXL-like hand-off (handshake shortened so the run stays short): the
     # proxy's HTTP legs are timers, the connector's terms sleeps on Ray.
