@@ -2,7 +2,7 @@
 
 disagg-sim run [SCENARIO | RESULT.json] [--runtime inproc|ray] [--set k=v ...] [--only VARIANT ...]
                [--address ADDR] [--net-delay MS] [--jitter MS] [--bandwidth MBPS] [--loss P]
-               [--repeats N] [--jobs N] [--out DIR] [--overwrite] [--pace X] [--metrics-port PORT] [--log-stats [S]]
+               [--repeats N] [--jobs N] [--cluster] [--out DIR] [--overwrite] [--pace X] [--metrics-port PORT] [--log-stats [S]]
 disagg-sim compare [LABEL=]RESULTS ... [--threshold EXPR ...] [--baseline VARIANT] [--metric M ...] [--json PATH]
 disagg-sim validate SCENARIO
 disagg-sim schema [--markdown | --json | --metrics SCENARIO]
@@ -215,6 +215,7 @@ def prepare_out_dir(out: str | None, scenario_name: str, overwrite: bool) -> Pat
 def cmd_run(args) -> int:
     from . import provenance
     from .runner import run_scenario
+    from .cluster_sweep import cluster_mode
     from .sweep import check_jobs
 
     console = _console()
@@ -242,7 +243,8 @@ def cmd_run(args) -> int:
         raise InputError(
             f"--pace {args.pace:g}: only in-process runs have a virtual clock to pace; allowed: runtime inproc"
         )
-    check_jobs(args.jobs, runtime, args.metrics_port, args.log_stats, args.pace)
+    on_cluster, jobs = cluster_mode(args, runtime)
+    check_jobs(jobs, runtime, args.metrics_port, args.log_stats, args.pace, on_cluster)
     out = prepare_out_dir(args.out, scenario.name, args.overwrite)
     _RUN_DIR["out"] = out  # a crash after this point leaves its traceback beside the results
     variants = args.only or scenario.variant_names
@@ -250,7 +252,8 @@ def cmd_run(args) -> int:
         f"[bold]{scenario.name}[/]: {len(variants)} variant(s) × {scenario.file.repeats} repeat(s) "
         f"on {runtime}"
         + (f" ({args.address})" if args.address else "")
-        + (f", {args.jobs} at once" if args.jobs > 1 else ""),
+        + (f", {args.jobs} at once" if args.jobs > 1 else "")
+        + (" as Ray tasks" if on_cluster else ""),
         highlight=False,
     )
     if scenario.file.description:
@@ -284,9 +287,10 @@ def cmd_run(args) -> int:
         provenance=provenance.collect(),
         only=args.only,
         pace=args.pace,
-        jobs=args.jobs,
+        jobs=jobs,
         breakdown=args.breakdown,
         by_node=args.by_node,
+        on_cluster=on_cluster,
     )
     clock = outcome.results[0]["clock"] if outcome.results else "?"
     described = {
@@ -403,8 +407,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_number("int", 1, 64),
         default=1,
         metavar="N",
-        help="in-process only: run up to N of the variant x repeat runs at once, in worker processes "
-        "(same results; default 1)",
+        help="in-process only: run up to N of the variant x repeat runs at once, in worker processes, or as Ray "
+        "tasks with --address (same results; default 1)",
+    )
+    r.add_argument(
+        "--cluster",
+        action="store_true",
+        help="in-process runs as Ray tasks on the cluster at --address (or a local one), as many at once as it has "
+        "CPUs (same results; docs/scale.md)",
     )
     r.add_argument(
         "--breakdown",

@@ -15,6 +15,7 @@ from rich.console import Console
 from cluster.run_result import RunResult
 
 from .breakdown_table import breakdown_table, format_breakdown_table
+from .cluster_sweep import ClusterRuns, cluster_jobs, code_runtime_env
 from .compare import format_compare_table, format_threshold_table, summarize
 from .errors import InputError
 from .parallel_runs import worker_pool
@@ -90,9 +91,10 @@ def run_scenario(
     only: list[str] | None = None,
     pace: float | None = None,
     ray_handle=None,
-    jobs: int = 1,
+    jobs: int | None = 1,
     breakdown: bool = False,
     by_node: bool = False,
+    on_cluster: bool = False,
 ) -> ScenarioOutcome:
     """Every variant x repeat (`only`: a subset of the variants), each result
     written as it lands, then the table, thresholds, plots and report.html.
@@ -102,7 +104,11 @@ def run_scenario(
     worker processes at once (bench/parallel_runs.py), with the same results
     (they are started with `spawn`: a script that calls this with `jobs` > 1
     needs the `if __name__ == "__main__":` guard multiprocessing asks for).
-    `by_node`: the table gets a column per node after each variant."""
+    `by_node`: the table gets a column per node after each variant.
+    `on_cluster`: the in-process runs go to a Ray cluster as tasks
+    (`ray_handle`, or one attached to at `address` or launched; `jobs` at
+    once, None for every CPU it has: bench/cluster_sweep.py), with the same
+    results."""
     console = console or Console()
     runtime = runtime or scenario.file.runtime
     outcome = ScenarioOutcome()
@@ -115,14 +121,14 @@ def run_scenario(
         raise InputError(
             f"--pace {pace:g}: only in-process runs have a virtual clock to pace; allowed with --runtime inproc"
         )
-    check_jobs(jobs, runtime, metrics_port, log_interval, pace)
+    check_jobs(jobs, runtime, metrics_port, log_interval, pace, on_cluster)
 
     observer = _observer_for_run(scenario, variants, runtime, metrics_port, log_interval, console)
     ray_ctx = None
-    if runtime == "ray" and ray_handle is None:
+    if (runtime == "ray" or on_cluster) and ray_handle is None:
         from cluster.ray.runtime import RayClusterHandle
 
-        ray_ctx = RayClusterHandle(address=address)
+        ray_ctx = RayClusterHandle(address=address, runtime_env=code_runtime_env() if on_cluster else None)
     from .progress import RunProgress
 
     try:
@@ -132,13 +138,21 @@ def run_scenario(
             keys = [(variant, repeat) for variant in variants for repeat in range(scenario.file.repeats)]
             sweep = Sweep(scenario, runtime, handle, debug_invariants, observer, pace, provenance, outcome.out_dir)
             sweep.within = progress.within
-            with worker_pool(jobs) as pool:  # None: the runs go here, one after another
-                for variant, repeat, run, result in sweep.runs(keys, pool, progress.starting):
+            cluster_runs = ClusterRuns(sweep, handle, cluster_jobs(handle, jobs)) if on_cluster else None
+            with worker_pool(1 if on_cluster else jobs or 1) as pool:  # None: the runs go here, one after another
+                runs = (
+                    cluster_runs.runs(keys, progress.starting)
+                    if cluster_runs
+                    else sweep.runs(keys, pool, progress.starting)
+                )
+                for variant, repeat, run, result in runs:
                     outcome.runs[(variant, repeat)] = run
-                    for err in run.invariant_errors:
-                        outcome.invariant_errors.append(f"{variant} r{repeat}: {err}")
                     outcome.results.append(result)
                     progress.finished(result)
+        in_order(outcome, keys)  # a cluster's runs came back as they finished
+        if cluster_runs is not None:
+            for line in cluster_runs.summary_lines():
+                console.print(line, markup=False, highlight=False)
         if observer is not None and hold_metrics > 0 and observer.urls:
             console.print(f"serving /metrics for {hold_metrics:g}s: " + ", ".join(observer.urls.values()))
             time.sleep(hold_metrics)
@@ -187,6 +201,17 @@ def run_scenario(
     elif outcome.out_dir is not None:
         console.print(f"results in {outcome.out_dir}")
     return outcome
+
+
+def in_order(outcome: ScenarioOutcome, keys: list[tuple[str, int]]) -> None:
+    """The runs, their results and invariant errors in the sweep's order
+    (variant by variant, repeat by repeat), however they came back."""
+    place = {key: i for i, key in enumerate(keys)}
+    outcome.results.sort(key=lambda r: place[(r["variant"], r["repeat"])])
+    outcome.runs = {key: outcome.runs[key] for key in keys if key in outcome.runs}
+    outcome.invariant_errors = [
+        f"{variant} r{repeat}: {err}" for (variant, repeat), run in outcome.runs.items() for err in run.invariant_errors
+    ]
 
 
 def distortion_lines(results: list[dict]) -> list[str]:
