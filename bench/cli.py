@@ -2,7 +2,9 @@
 
 disagg-sim run [SCENARIO | RESULT.json] [--runtime inproc|ray] [--set k=v ...] [--only VARIANT ...]
                [--address ADDR] [--net-delay MS] [--jitter MS] [--bandwidth MBPS] [--loss P]
-               [--repeats N] [--jobs N] [--cluster] [--out DIR] [--overwrite] [--pace X] [--metrics-port PORT] [--log-stats [S]]
+               [--repeats N] [--jobs N] [--cluster] [--out DIR] [--overwrite] [--pace X] [--metrics-port PORT]
+               [--log-stats [S]]
+               [--log-stats [S]]
 disagg-sim compare [LABEL=]RESULTS ... [--threshold EXPR ...] [--baseline VARIANT] [--metric M ...] [--json PATH]
 disagg-sim validate SCENARIO
 disagg-sim schema [--markdown | --json | --metrics SCENARIO]
@@ -214,8 +216,8 @@ def prepare_out_dir(out: str | None, scenario_name: str, overwrite: bool) -> Pat
 
 def cmd_run(args) -> int:
     from . import provenance
-    from .runner import run_scenario
     from .cluster_sweep import cluster_mode
+    from .runner import run_scenario
     from .sweep import check_jobs
 
     console = _console()
