@@ -4,7 +4,6 @@ disagg-sim run [SCENARIO | RESULT.json] [--runtime inproc|ray] [--set k=v ...] [
                [--address ADDR] [--net-delay MS] [--jitter MS] [--bandwidth MBPS] [--loss P]
                [--repeats N] [--jobs N] [--cluster] [--out DIR] [--overwrite] [--pace X] [--metrics-port PORT]
                [--log-stats [S]]
-               [--log-stats [S]]
 disagg-sim compare [LABEL=]RESULTS ... [--threshold EXPR ...] [--baseline VARIANT] [--metric M ...] [--json PATH]
 disagg-sim validate SCENARIO
 disagg-sim schema [--markdown | --json | --metrics SCENARIO]
