@@ -31,12 +31,14 @@ def _scenario(tmp_path: Path, **changes):
 
 def comparable(out: Path) -> dict[str, object]:
     """Every file a sweep wrote, by name: results JSON less its wall time
-    (the one figure that differs by design), step traces and plots as bytes."""
+    and provenance (what differs by design: the command's, not the run's),
+    step traces and plots as bytes."""
     files: dict[str, object] = {}
     for path in sorted(out.rglob("*")):
         if path.suffix == ".json":
             result = json.loads(path.read_text())
             result["extra"].pop("wall_seconds")
+            result.pop("provenance", None)
             files[path.name] = result
         elif path.suffix in (".jsonl", ".png"):
             files[str(path.relative_to(out))] = path.read_bytes()
