@@ -33,6 +33,7 @@ from proxy.ports import ProxySettings
 from proxy.timeline import ProxyTimeline
 
 from .kv_transfer import KVTransferSettings
+from .placement_spec import PlacementSpec, TlsMode
 
 # v1 settings with the value that leaves them unused; a v0 node accepts only that.
 V1_ONLY_SETTINGS = {
@@ -355,6 +356,9 @@ class ClusterSpec(_Strict):
     kv_transfer: KVTransferSettings = Field(default_factory=KVTransferSettings)
     # Ray runtime only: wall seconds slept per modelled second of step time.
     time_scale: float = Field(1.0, ge=1e-4, le=1e4)
+    # Ray runtime only: where node actors go, and TLS on the KV handoff (cluster/placement_spec.py).
+    placement: PlacementSpec = Field(default_factory=PlacementSpec)
+    tls: TlsMode = "auto"
 
     @field_validator("cost_model", mode="before")
     @classmethod
