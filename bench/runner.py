@@ -128,7 +128,9 @@ def run_scenario(
     if (runtime == "ray" or on_cluster) and ray_handle is None:
         from cluster.ray.runtime import RayClusterHandle
 
-        ray_ctx = RayClusterHandle(address=address, runtime_env=code_runtime_env() if on_cluster else None)
+        # On a cluster that may span machines, the project's code goes with the job (bench/cluster_sweep.py).
+        shipped = code_runtime_env() if on_cluster or address is not None else None
+        ray_ctx = RayClusterHandle(address=address, runtime_env=shipped)
     from .progress import RunProgress
 
     try:

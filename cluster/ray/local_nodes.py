@@ -12,8 +12,9 @@ nodes need two addresses, and a node only joins a cluster with
 into the eth0 address; any other 127.x.x.x address is kept as given.
 
 Each node runs `ray start --block` as the leader of a session of its own,
-so killing that session's process group ends exactly that node (its raylet,
-object store and workers), as a lost machine would. Token authentication is
+so killing that session's processes ends exactly that node (its raylet,
+object store and workers: Ray gives each worker a process group of its
+own, but they stay in the session), as a lost machine would. Token authentication is
 on, with this process's private token (`cluster/ray/auth.py`); a driver
 started with `env()` carries it. Leaving the block ends every process of
 the cluster, by PID, and checks none is left (`leftover_pids`).
@@ -137,48 +138,48 @@ class LocalRayNodes:
                 raise RuntimeError(f"ray start of node {index} ({node_ip(index)}) failed: {tail}")
             time.sleep(0.2)
 
+    def running(self, index: int, task_name: str) -> bool:
+        """True while a worker of node `index` runs a task or actor named
+        `task_name` (Ray titles a busy worker `ray::<name>`)."""
+        return any(
+            ray_processes.command_line(pid).startswith(f"ray::{task_name}") for pid in _session(self.leaders[index].pid)
+        )
+
     def kill(self, index: int) -> None:
-        """End node `index` at once (SIGKILL to its process group): its
-        raylet, object store and workers die as a lost machine's would."""
+        """End node `index` at once (SIGKILL to every process of its session):
+        its raylet, object store and workers die as a lost machine's would."""
         if index == 0:
             raise ValueError("node 0 is the head; killing it ends the cluster. Allowed: 1..")
-        try:
-            os.killpg(self.leaders[index].pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for pid in _session(self.leaders[index].pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.killed.add(index)
 
     def close(self) -> None:
-        """End every process of the cluster (workers first, the head last)."""
-        for leader in reversed(self.leaders):
-            try:
-                os.killpg(leader.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for leader in self.leaders:
-            try:
-                leader.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                pass
+        """End every process of the cluster, by PID: SIGTERM, then SIGKILL
+        after a few seconds (nothing of it is worth keeping)."""
+        pids = {p for leader in self.leaders for p in _session(leader.pid)}
         if self.temp_dir:
-            pids = ray_processes.session_processes(self.temp_dir)
-            pids |= {p for leader in self.leaders for p in _group(leader.pid)}
-            self.leftover_pids = ray_processes.end_processes(pids)
-            shutil.rmtree(self.temp_dir, ignore_errors=True)
+            pids |= ray_processes.session_processes(self.temp_dir)
+        self.leftover_pids = ray_processes.end_processes(pids, grace_s=3.0)
         for leader in self.leaders:
             if leader.poll() is None:
                 leader.kill()
             leader.wait(timeout=5)
+        if self.temp_dir:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
         self.leaders = []
 
 
-def _group(pgid: int) -> set[int]:
-    """The live processes of process group `pgid`."""
+def _session(sid: int) -> set[int]:
+    """The live processes of session `sid` (a node's `ray start` and all it started)."""
     out = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if os.getpgid(int(entry)) == pgid:
+                if os.getsid(int(entry)) == sid:
                     out.add(int(entry))
             except OSError:
                 continue

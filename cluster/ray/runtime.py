@@ -387,6 +387,7 @@ class _RayRun:
             "placement_policy": describe_placement(self.handle.cluster_resources(), spec.placement),
             "placement": self._placement(),
             "kv_tls": self.kv_tls_note,
+            "kv_addresses": {n: i.get("address") for n, i in self.info.items() if self.roles.get(n) == "prefill"},
             "kv_pulls": pulls,
             "killed": dict(self.killed),
             "completed": completed,

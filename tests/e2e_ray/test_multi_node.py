@@ -2,9 +2,13 @@
 on loopback aliases, token auth on), driven by `disagg-sim run --address`
 in a process of its own, as a user would:
 
+- the cascade scenario (shortened) on the Ray runtime with its prefill node
+  on one Ray node and its decode node on another (`cluster.placement`, by
+  custom resources): the KV server binds its node's own address, TLS is on
+  (attached: the default), the KV link's delay applies, thresholds pass;
 - a sweep as Ray tasks over two worker nodes, one of them killed mid-sweep:
   its run is re-run on the other, the report says so, and every file equals
-  the sequential run's;
+  the sequential run's (last: it loses a node);
 - nothing of the cluster is left running afterwards.
 
 One cluster for the module (starting a node costs 10-40 s on a loaded
@@ -14,6 +18,7 @@ cluster (tests/conftest.py) may be running here.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -25,15 +30,16 @@ import yaml
 from bench.runner import run_scenario
 from bench.scenario import load_scenario
 from cluster.ray import processes as ray_processes
-from cluster.ray.local_nodes import LocalRayNodes, NodeSpec
+from cluster.ray.local_nodes import LocalRayNodes, NodeSpec, node_ip
 from tests.bench.test_parallel_runs import TINY
 from tests.e2e_ray.test_cluster_sweep import comparable
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
-# Node 0, the head, runs the drivers' side (no CPU for runs); 1 and 2 run the sweep's tasks.
-NODES = [NodeSpec(cpus=0), NodeSpec(cpus=1), NodeSpec(cpus=1)]
+# Node 0, the head, runs the drivers' side and the proxy (no CPU for runs); 1 hosts prefill
+# nodes, 2 decode nodes; 1 and 2 run the sweep's tasks.
+NODES = [NodeSpec(cpus=0), NodeSpec(cpus=1, resources={"host_p": 4}), NodeSpec(cpus=1, resources={"host_d": 4})]
 # Runs of ~1 s each: long enough that a run is going on each worker node when one is killed.
 SLOW = {**TINY, "name": "slow-sweep", "workload": {**TINY["workload"], "num_requests": 60}, "repeats": 3}
 
@@ -59,6 +65,44 @@ def _cli(nodes: LocalRayNodes, *args: str) -> subprocess.Popen:
     )
 
 
+def cascade_across_nodes(directory: Path) -> Path:
+    """scenarios/cascade.yaml with its thresholds, scaled down as
+    tests/e2e_ray/test_ray_cascade.py does (40 requests of 128 + 224 tokens,
+    250 blocks, time_scale 0.05), one repeat, prefill and decode placed on
+    different Ray nodes."""
+    data = yaml.safe_load((REPO / "scenarios" / "cascade.yaml").read_text())
+    cluster = data["cluster"]
+    cluster["decode"]["engine"]["num_gpu_blocks"] = 250
+    cluster["time_scale"] = 0.05
+    cluster["placement"] = {"prefill": {"resources": {"host_p": 1}}, "decode": {"resources": {"host_d": 1}}}
+    data["workload"] = {"num_requests": 40, "prompt_len": 128, "output_len": 224, "arrival": {"kind": "all_at_once"}}
+    data["repeats"] = 1
+    data["seed"] = 1
+    path = directory / "cascade-across.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_the_cascade_with_prefill_and_decode_on_different_ray_nodes(tmp_path, nodes):
+    out = tmp_path / "out"
+    proc = _cli(nodes, str(cascade_across_nodes(tmp_path)), "--out", str(out))
+    text, _ = proc.communicate(timeout=400)
+    (tmp_path / "cli.txt").write_text(text)
+    assert proc.returncode == 0, text[-3000:]  # every threshold passed
+    assert "thresholds: 6 passed, 0 failed" in text
+    results = [json.loads(p.read_text()) for p in sorted(out.glob("*__r0.json"))]
+    assert sorted(r["variant"] for r in results) == ["fence-off", "fixed", "prefix"]
+    for result in results:
+        extra = result["extra"]
+        placed = extra["placement"]
+        assert placed["prefill-0"] != placed["decode-0"]
+        assert placed["decode-0/stage0"] == placed["decode-0"]
+        assert extra["kv_tls"] == "on (cluster.tls=auto; certificates generated for this run)"
+        assert str(extra["kv_addresses"]["prefill-0"]).startswith(node_ip(1))  # its node's own address
+        assert (extra["kv_pulls"]["completed"], extra["kv_pulls"]["failed"], extra["completed"]) == (40, 0, True)
+        assert result["completed"] == 40 and result["failed"] == 0
+
+
 def test_a_node_lost_mid_sweep_has_its_run_rerun_elsewhere(tmp_path, nodes):
     path = tmp_path / "slow.yaml"
     path.write_text(yaml.safe_dump(SLOW, sort_keys=False))
@@ -68,11 +112,14 @@ def test_a_node_lost_mid_sweep_has_its_run_rerun_elsewhere(tmp_path, nodes):
     out = tmp_path / "tasks"
     proc = _cli(nodes, str(path), "--jobs", "2", "--out", str(out))
     deadline = time.monotonic() + 300
-    # The first run back: both worker nodes are busy with one run each (2 CPUs, 2 at once, 6 runs).
-    while not list(out.glob("*.json")) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # A run back first (the ones before the loss are kept), then node 2 killed while it runs one.
+    while proc.poll() is None and time.monotonic() < deadline:
+        if list(out.glob("*.json")) and nodes.running(2, "disagg-sim-run"):
+            break
+        time.sleep(0.01)
     nodes.kill(2)
     text, _ = proc.communicate(timeout=300)
+    (tmp_path / "cli.txt").write_text(text)
     assert proc.returncode == 0, text[-3000:]
     assert "as Ray tasks" in text
     assert "run(s) re-run after a lost worker:" in text, text[-3000:]
