@@ -397,7 +397,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a setting, e.g. cluster.decode.engine.num_gpu_blocks=256 (refused if a variant sets it too)",
     )
     r.add_argument("--only", action="append", metavar="VARIANT", help="run only this variant (repeatable)")
-    r.add_argument("--address", help="attach to an existing Ray cluster (default: launch a local one on 127.0.0.1)")
+    r.add_argument(
+        "--address",
+        help="attach to an existing Ray cluster (default: launch a local one on 127.0.0.1); an in-process "
+        "scenario's runs go there as Ray tasks (--jobs at once)",
+    )
     r.add_argument("--net-delay", type=_number("float", 0), metavar="MS", help="KV link one-way delay")
     r.add_argument("--jitter", type=_number("float", 0), metavar="MS", help="KV link delay jitter")
     r.add_argument("--bandwidth", type=_number("float", 0, lo_open=True), metavar="MBPS", help="KV link cap, MB/s")

@@ -73,7 +73,7 @@ def run_kv_tls() -> KVSecurity:
 def kv_tls_from_files(cert_chain: str, private_key: str, root_certificates: str, server_name: str) -> KVSecurity:
     """The user's own certificates (PEM files): `server_name` is the name the
     server certificate carries, which every client checks."""
-    read = {}
+    read: dict[str, bytes] = {}
     for what, path in (
         ("cert_chain", cert_chain),
         ("private_key", private_key),
@@ -87,7 +87,12 @@ def kv_tls_from_files(cert_chain: str, private_key: str, root_certificates: str,
             ) from None
         if b"-----BEGIN " not in read[what]:
             raise ValueError(f"tls {what}={path!r}: not a PEM file; allowed: a PEM file")
-    return KVSecurity(server_name=server_name, **read)
+    return KVSecurity(
+        cert_chain=read["cert_chain"],
+        private_key=read["private_key"],
+        root_certificates=read["root_certificates"],
+        server_name=server_name,
+    )
 
 
 def tls_wanted(mode: str, attached: bool) -> bool:
