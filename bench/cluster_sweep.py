@@ -34,7 +34,7 @@ from typing import Any
 
 from .errors import InputError
 from .results import write_run
-from .sweep import RunCrashed, Sweep
+from .sweep import RunCrashed, Sweep, file_sha256
 
 # Attempts per run before a run whose worker keeps dying ends the sweep.
 RUN_ATTEMPTS = 3
@@ -114,6 +114,13 @@ class ClusterRuns:
         self.reruns: list[Rerun] = []
         self.ran_on: dict[tuple[str, int], str] = {}  # run -> Ray node id
         self._nodes_at_start: set[str] = set()
+        self._trace_sha256: str | None = None
+        scenario = sweep.scenario
+        if scenario.file.trace is not None:
+            # Read the trace here, once: it ships with the scenario, and its
+            # checksum in the results is the driver's file's, not a worker's.
+            scenario.workload(scenario.variant_names[0], scenario.file.seed)
+            self._trace_sha256 = file_sha256(scenario.trace_path())
 
     def runs(
         self, keys: list[tuple[str, int]], starting: Callable[[str, int], None]
@@ -124,9 +131,6 @@ class ClusterRuns:
         (bad input as itself); the tasks still going are cancelled."""
         import ray
 
-        scenario = self.sweep.scenario
-        if scenario.file.trace is not None:
-            scenario.workload(keys[0][0], scenario.file.seed)  # read the trace here, once; it ships with the scenario
         remote_sweep = ray.put(replace(self.sweep, out_dir=None, observer=None, ray_handle=None, within=None))
         task = ray.remote(_run_in_task).options(num_cpus=1, max_retries=0, name="disagg-sim-run")
         self._nodes_at_start = self._alive_nodes()
@@ -176,6 +180,8 @@ class ClusterRuns:
             crash.out_dir = self.sweep.out_dir
             raise crash from err
         self.ran_on[key] = node_id
+        if self._trace_sha256 is not None:
+            result["scenario_config"]["trace_sha256"] = self._trace_sha256
         if self.sweep.out_dir is not None:
             write_run(self.sweep.out_dir, result, run.steps)
         return run, result

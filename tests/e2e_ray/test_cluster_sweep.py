@@ -92,3 +92,18 @@ def test_a_run_that_raises_on_the_cluster_ends_the_sweep_naming_it(tmp_path, ray
     assert (info.value.variant, info.value.repeat, info.value.out_dir) == ("fixed", 0, tmp_path)
     assert "RuntimeError: cannot draw fixed" in str(info.value)
     assert cluster.reruns == []  # its own error: not re-run
+
+
+def test_a_trace_ships_with_the_scenario(tmp_path, ray_cluster):
+    """The driver reads the trace; the workers never open it (it may not exist on their machines)."""
+    trace = tmp_path / "trace.csv"
+    trace.write_bytes((Path(__file__).resolve().parents[1] / "data" / "trace_small.csv").read_bytes())
+    data = {k: v for k, v in TINY.items() if k != "workload"}
+    path = tmp_path / "traced.yaml"
+    path.write_text(yaml.safe_dump({**data, "trace": {"path": "trace.csv"}, "repeats": 1}, sort_keys=False))
+    one = run_scenario(load_scenario(path), out_dir=tmp_path / "one", jobs=1)
+    cluster = ClusterRuns(Sweep(load_scenario(path), "inproc", out_dir=tmp_path / "tasks"), ray_cluster, jobs=2)
+    trace.rename(tmp_path / "moved.csv")  # read by the driver, and gone before any task runs
+    got = {(v, r): result for v, r, _, result in cluster.runs([("prefix", 0), ("fixed", 0)], lambda v, r: None)}
+    assert got[("prefix", 0)]["completed"] == one.results[0]["completed"] > 0
+    assert comparable(tmp_path / "tasks") == comparable(tmp_path / "one")
