@@ -65,18 +65,24 @@ def _cli(nodes: LocalRayNodes, *args: str) -> subprocess.Popen:
     )
 
 
+TIME_SCALE = 0.05
+KV_DELAY_MS = 20.0  # one way, wall: a pull waits a round trip, >= 40 ms (800 ms in model time)
+
+
 def cascade_across_nodes(directory: Path) -> Path:
     """scenarios/cascade.yaml with its thresholds, scaled down as
     tests/e2e_ray/test_ray_cascade.py does (40 requests of 128 + 224 tokens,
     250 blocks, time_scale 0.05), one repeat, prefill and decode placed on
-    different Ray nodes."""
+    different Ray nodes, a KV link delay large enough to see."""
     data = yaml.safe_load((REPO / "scenarios" / "cascade.yaml").read_text())
     cluster = data["cluster"]
     cluster["decode"]["engine"]["num_gpu_blocks"] = 250
-    cluster["time_scale"] = 0.05
+    cluster["time_scale"] = TIME_SCALE
+    cluster["links"]["kv"] = {"delay_ms": KV_DELAY_MS}
     cluster["placement"] = {"prefill": {"resources": {"host_p": 1}}, "decode": {"resources": {"host_d": 1}}}
     data["workload"] = {"num_requests": 40, "prompt_len": 128, "output_len": 224, "arrival": {"kind": "all_at_once"}}
     data["repeats"] = 1
+    data["report"]["percentiles"] = [1, 50, 99]
     data["seed"] = 1
     path = directory / "cascade-across.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -101,6 +107,8 @@ def test_the_cascade_with_prefill_and_decode_on_different_ray_nodes(tmp_path, no
         assert str(extra["kv_addresses"]["prefill-0"]).startswith(node_ip(1))  # its node's own address
         assert (extra["kv_pulls"]["completed"], extra["kv_pulls"]["failed"], extra["completed"]) == (40, 0, True)
         assert result["completed"] == 40 and result["failed"] == 0
+        # The link's delay still applies: every pull waited at least about one round trip (wall = model x scale).
+        assert result["p1_remote_kv_wait_ms"] * TIME_SCALE >= 0.9 * 2 * KV_DELAY_MS, result["variant"]
 
 
 def test_a_node_lost_mid_sweep_has_its_run_rerun_elsewhere(tmp_path, nodes):
