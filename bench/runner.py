@@ -19,6 +19,7 @@ from .cluster_sweep import ClusterRuns, cluster_jobs, code_runtime_env
 from .compare import format_compare_table, format_threshold_table, summarize
 from .errors import InputError
 from .parallel_runs import worker_pool
+from .ray_checks import check_ray_run
 from .scenario import Scenario
 from .sweep import Sweep, check_jobs, has_v0_node_anywhere
 from .thresholds import evaluate_thresholds
@@ -135,6 +136,8 @@ def run_scenario(
 
     try:
         handle = ray_ctx.__enter__() if ray_ctx is not None else ray_handle
+        if runtime == "ray":
+            check_ray_run(scenario, variants, handle)
         clock_label = "simulated" if runtime == "inproc" else "wall"
         with RunProgress(console, f"{scenario.name} on {runtime}", total, clock_label) as progress:
             keys = [(variant, repeat) for variant in variants for repeat in range(scenario.file.repeats)]

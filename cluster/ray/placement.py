@@ -47,13 +47,9 @@ def node_actor_options(
     placement = placement or PlacementSpec()
     own = getattr(placement, role).resources
     if own:
-        missing = sorted(name for name, amount in own.items() if cluster_resources.get(name, 0) < amount)
-        if missing:
-            raise ValueError(
-                f"cluster.placement.{role}.resources: {', '.join(missing)} not advertised by any Ray node of the "
-                f"cluster (or not enough); allowed: resources the cluster has "
-                f"(ray start --resources='{{\"{missing[0]}\": 4}}' on the machines that should host {role} nodes)"
-            )
+        problem = placement_problem(placement, cluster_resources)
+        if problem:
+            raise ValueError(problem)
         return {"num_cpus": 0, "resources": dict(own)}
     if placement.strategy == "spread":
         return {"num_cpus": 0, "scheduling_strategy": "SPREAD"}
@@ -64,6 +60,21 @@ def node_actor_options(
     if cluster_resources.get(resource, 0) >= 1:
         return {"num_cpus": 0, "resources": {resource: 1}}
     return {"num_cpus": 0, "scheduling_strategy": "SPREAD"}
+
+
+def placement_problem(placement: PlacementSpec, cluster_resources: dict[str, float]) -> str | None:
+    """Why the cluster cannot host a group as `placement` asks (a custom
+    resource no Ray node advertises, or not enough of it), or None."""
+    for role in ROLE_RESOURCES:
+        own = getattr(placement, role).resources
+        missing = sorted(name for name, amount in own.items() if cluster_resources.get(name, 0) < amount)
+        if missing:
+            return (
+                f"cluster.placement.{role}.resources: {', '.join(missing)} not advertised by any Ray node of the "
+                f"cluster (or not enough); allowed: resources the cluster has "
+                f"(ray start --resources='{{\"{missing[0]}\": 4}}' on the machines that should host {role} nodes)"
+            )
+    return None
 
 
 def colocated_options(ray_node_id: str) -> dict:
