@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.cluster_sweep import ClusterRuns
+from bench.cluster_sweep import ClusterRuns, cluster_jobs
 from bench.runner import run_scenario
 from bench.scenario import load_scenario
 from bench.sweep import RunCrashed, Sweep
@@ -107,3 +107,8 @@ def test_a_trace_ships_with_the_scenario(tmp_path, ray_cluster):
     got = {(v, r): result for v, r, _, result in cluster.runs([("prefix", 0), ("fixed", 0)], lambda v, r: None)}
     assert got[("prefix", 0)]["completed"] == one.results[0]["completed"] > 0
     assert comparable(tmp_path / "tasks") == comparable(tmp_path / "one")
+
+
+def test_cluster_mode_takes_every_cpu_the_cluster_offers(ray_cluster):
+    assert cluster_jobs(ray_cluster, None) == int(ray_cluster.cluster_resources()["CPU"]) >= 1
+    assert cluster_jobs(ray_cluster, 3) == 3
