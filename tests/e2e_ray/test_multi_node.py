@@ -6,8 +6,8 @@ in a process of its own, as a user would:
   on one Ray node and its decode node on another (`cluster.placement`, by
   custom resources): the KV server binds its node's own address, TLS is on
   (attached: the default), the KV link's delay applies, thresholds pass;
-- a sweep as Ray tasks over two worker nodes, one of them killed mid-sweep:
-  its run is re-run on the other, the report says so, and every file equals
+- a sweep as Ray tasks over both nodes, the one that is not the head killed mid-sweep:
+  its run is re-run on the head, the report says so, and every file equals
   the sequential run's (last: it loses a node);
 - nothing of the cluster is left running afterwards.
 
@@ -37,9 +37,9 @@ from tests.e2e_ray.test_cluster_sweep import comparable
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
-# Node 0, the head, runs the drivers' side and the proxy (no CPU for runs); 1 hosts prefill
-# nodes, 2 decode nodes; 1 and 2 run the sweep's tasks.
-NODES = [NodeSpec(cpus=0), NodeSpec(cpus=1, resources={"host_p": 4}), NodeSpec(cpus=1, resources={"host_d": 4})]
+# Two Ray nodes (each start costs seconds): node 0, the head at 127.0.0.2, hosts the drivers, the
+# proxy and prefill nodes; node 1 at 127.0.0.3 decode nodes; each runs one of a sweep's tasks at a time.
+NODES = [NodeSpec(cpus=1, resources={"host_p": 4}), NodeSpec(cpus=1, resources={"host_d": 4})]
 # Runs of ~1 s each: long enough that a run is going on each worker node when one is killed.
 SLOW = {**TINY, "name": "slow-sweep", "workload": {**TINY["workload"], "num_requests": 60}, "repeats": 3}
 
@@ -104,7 +104,7 @@ def test_the_cascade_with_prefill_and_decode_on_different_ray_nodes(tmp_path, no
         assert placed["prefill-0"] != placed["decode-0"]
         assert placed["decode-0/stage0"] == placed["decode-0"]
         assert extra["kv_tls"] == "on (cluster.tls=auto; certificates generated for this run)"
-        assert str(extra["kv_addresses"]["prefill-0"]).startswith(node_ip(1))  # its node's own address
+        assert str(extra["kv_addresses"]["prefill-0"]).startswith(node_ip(0))  # its node's own address
         assert (extra["kv_pulls"]["completed"], extra["kv_pulls"]["failed"], extra["completed"]) == (40, 0, True)
         assert result["completed"] == 40 and result["failed"] == 0
         # The link's delay still applies: every pull waited at least about one round trip (wall = model x scale).
@@ -120,12 +120,12 @@ def test_a_node_lost_mid_sweep_has_its_run_rerun_elsewhere(tmp_path, nodes):
     out = tmp_path / "tasks"
     proc = _cli(nodes, str(path), "--jobs", "2", "--out", str(out))
     deadline = time.monotonic() + 300
-    # A run back first (the ones before the loss are kept), then node 2 killed while it runs one.
+    # A run back first (the ones before the loss are kept), then node 1 killed while it runs one.
     while proc.poll() is None and time.monotonic() < deadline:
-        if list(out.glob("*.json")) and nodes.running(2, "disagg-sim-run"):
+        if list(out.glob("*.json")) and nodes.running(1, "disagg-sim-run"):
             break
         time.sleep(0.01)
-    nodes.kill(2)
+    nodes.kill(1)
     text, _ = proc.communicate(timeout=300)
     (tmp_path / "cli.txt").write_text(text)
     assert proc.returncode == 0, text[-3000:]
