@@ -19,7 +19,7 @@ from .cluster_sweep import ClusterRuns, cluster_jobs, code_runtime_env
 from .compare import format_compare_table, format_threshold_table, summarize
 from .errors import InputError
 from .parallel_runs import worker_pool
-from .ray_checks import check_ray_run
+from .ray_checks import check_address, check_ray_run
 from .scenario import Scenario
 from .sweep import Sweep, check_jobs, has_v0_node_anywhere
 from .thresholds import evaluate_thresholds
@@ -127,6 +127,7 @@ def run_scenario(
     observer = _observer_for_run(scenario, variants, runtime, metrics_port, log_interval, console)
     ray_ctx = None
     if (runtime == "ray" or on_cluster) and ray_handle is None:
+        check_address(address)
         from cluster.ray.runtime import RayClusterHandle
 
         # On a cluster that may span machines, the project's code goes with the job (bench/cluster_sweep.py).
