@@ -3,7 +3,8 @@ command is a module of `bench/commands/`).
 
 disagg-sim run [SCENARIO | RESULT.json (that run alone)] [--runtime inproc|ray] [--set k=v ...] [--only VARIANT ...]
                [--address ADDR] [--net-delay MS] [--jitter MS] [--bandwidth MBPS] [--loss P]
-               [--repeats N] [--jobs N] [--out DIR] [--overwrite] [--pace X] [--metrics-port PORT] [--log-stats [S]]
+               [--repeats N] [--jobs N] [--cluster] [--out DIR] [--overwrite] [--pace X] [--metrics-port PORT]
+               [--log-stats [S]]
 disagg-sim compare [LABEL=]RESULTS ... [--threshold EXPR ...] [--baseline VARIANT] [--metric M ...] [--json PATH]
 disagg-sim validate SCENARIO
 disagg-sim schema [--markdown | --json | --metrics SCENARIO]

@@ -96,8 +96,9 @@ class RunProgress:
             self._bar.update(self._task, description=f"{self.title}: {self._current}")
             self._bar.advance(self._task)
             return
-        # The run's own wall time: with --jobs it ran in a worker, before this line.
-        wall = float(result.get("wall_seconds", time.monotonic() - self._t0))
+        # The run's own wall time (its results JSON's): with --jobs or on a
+        # cluster it ran elsewhere, before this line.
+        wall = float(result.get("extra", {}).get("wall_seconds", time.monotonic() - self._t0))
         self._plain(
             f"run {self.done}/{self.total}: {self._current} done in {wall:.1f} s: "
             f"{result.get('completed', '?')} completed, {result.get('failed', '?')} failed"

@@ -15,9 +15,11 @@ from rich.console import Console
 from cluster.run_result import RunResult
 
 from .breakdown_table import breakdown_table, format_breakdown_table
+from .cluster_sweep import ClusterRuns, cluster_jobs, code_runtime_env
 from .compare import format_compare_table, format_threshold_table, summarize
 from .errors import InputError
 from .parallel_runs import worker_pool
+from .ray_checks import check_address, check_ray_run
 from .scenario import Scenario
 from .sweep import Sweep, check_jobs, has_v0_node_anywhere
 from .thresholds import evaluate_thresholds
@@ -91,10 +93,11 @@ def run_scenario(
     only: list[str] | None = None,
     pace: float | None = None,
     ray_handle=None,
-    jobs: int = 1,
+    jobs: int | None = 1,
     breakdown: bool = False,
     by_node: bool = False,
     repeat_indices: list[int] | None = None,
+    on_cluster: bool = False,
 ) -> ScenarioOutcome:
     """Every variant x repeat (`only`: a subset of the variants), each result
     written as it lands, then the table, thresholds, plots and report.html.
@@ -106,7 +109,11 @@ def run_scenario(
     needs the `if __name__ == "__main__":` guard multiprocessing asks for).
     `by_node`: the table gets a column per node after each variant.
     `repeat_indices`: only these repeats (each its own seed), e.g. the one a
-    result file records (`disagg-sim run RESULT.json`)."""
+    result file records (`disagg-sim run RESULT.json`).
+    `on_cluster`: the in-process runs go to a Ray cluster as tasks
+    (`ray_handle`, or one attached to at `address` or launched; `jobs` at
+    once, None for every CPU it has: bench/cluster_sweep.py), with the same
+    results."""
     console = console or Console()
     runtime = runtime or scenario.file.runtime
     outcome = ScenarioOutcome()
@@ -120,30 +127,43 @@ def run_scenario(
         raise InputError(
             f"--pace {pace:g}: only in-process runs have a virtual clock to pace; allowed with --runtime inproc"
         )
-    check_jobs(jobs, runtime, metrics_port, log_interval, pace)
+    check_jobs(jobs, runtime, metrics_port, log_interval, pace, on_cluster)
 
     observer = _observer_for_run(scenario, variants, runtime, metrics_port, log_interval, console)
     ray_ctx = None
-    if runtime == "ray" and ray_handle is None:
+    if (runtime == "ray" or on_cluster) and ray_handle is None:
+        check_address(address)
         from cluster.ray.runtime import RayClusterHandle
 
-        ray_ctx = RayClusterHandle(address=address)
+        # On a cluster that may span machines, the project's code goes with the job (bench/cluster_sweep.py).
+        shipped = code_runtime_env() if on_cluster or address is not None else None
+        ray_ctx = RayClusterHandle(address=address, runtime_env=shipped)
     from .progress import RunProgress
 
     try:
         handle = ray_ctx.__enter__() if ray_ctx is not None else ray_handle
+        if runtime == "ray":
+            check_ray_run(scenario, variants, handle)
         clock_label = "simulated" if runtime == "inproc" else "wall"
         with RunProgress(console, f"{scenario.name} on {runtime}", total, clock_label) as progress:
             keys = [(variant, repeat) for variant in variants for repeat in repeats]
             sweep = Sweep(scenario, runtime, handle, debug_invariants, observer, pace, provenance, outcome.out_dir)
             sweep.within = progress.within
-            with worker_pool(jobs) as pool:  # None: the runs go here, one after another
-                for variant, repeat, run, result in sweep.runs(keys, pool, progress.starting):
+            cluster_runs = ClusterRuns(sweep, handle, cluster_jobs(handle, jobs)) if on_cluster else None
+            with worker_pool(1 if on_cluster else jobs or 1) as pool:  # None: the runs go here, one after another
+                runs = (
+                    cluster_runs.runs(keys, progress.starting)
+                    if cluster_runs
+                    else sweep.runs(keys, pool, progress.starting)
+                )
+                for variant, repeat, run, result in runs:
                     outcome.runs[(variant, repeat)] = run
-                    for err in run.invariant_errors:
-                        outcome.invariant_errors.append(f"{variant} r{repeat}: {err}")
                     outcome.results.append(result)
                     progress.finished(result)
+        in_order(outcome, keys)  # a cluster's runs came back as they finished
+        if cluster_runs is not None:
+            for line in cluster_runs.summary_lines():
+                console.print(line, markup=False, highlight=False)
         if observer is not None and hold_metrics > 0 and observer.urls:
             console.print(f"serving /metrics for {hold_metrics:g}s: " + ", ".join(observer.urls.values()))
             time.sleep(hold_metrics)
@@ -216,6 +236,17 @@ def best_variant(results: list[dict], metric: str, goal: str) -> tuple[str, floa
     sign = 1.0 if goal == "max" else -1.0
     name = max(means, key=lambda n: sign * means[n])  # max keeps the first of equals
     return name, means[name]
+
+
+def in_order(outcome: ScenarioOutcome, keys: list[tuple[str, int]]) -> None:
+    """The runs, their results and invariant errors in the sweep's order
+    (variant by variant, repeat by repeat), however they came back."""
+    place = {key: i for i, key in enumerate(keys)}
+    outcome.results.sort(key=lambda r: place[(r["variant"], r["repeat"])])
+    outcome.runs = {key: outcome.runs[key] for key in keys if key in outcome.runs}
+    outcome.invariant_errors = [
+        f"{variant} r{repeat}: {err}" for (variant, repeat), run in outcome.runs.items() for err in run.invariant_errors
+    ]
 
 
 def distortion_lines(results: list[dict]) -> list[str]:

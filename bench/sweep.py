@@ -102,11 +102,22 @@ class RunCrashed(RuntimeError):
         self.out_dir: Path | None = None
 
 
-def check_jobs(jobs: int, runtime: str, metrics_port: int | None, log_interval: float | None, pace) -> None:
-    """Runs in worker processes only where nothing in this process watches a run as it goes."""
-    if jobs == 1:
+def check_jobs(
+    jobs: int | None, runtime: str, metrics_port: int | None, log_interval: float | None, pace, on_cluster: bool = False
+) -> None:
+    """Runs in worker processes (or as Ray tasks: `on_cluster`, `jobs` None
+    for all the cluster's CPUs) only where nothing in this process watches
+    a run as it goes."""
+    if on_cluster and runtime != "inproc":
+        raise InputError(
+            f"--cluster/--address with runtime {runtime}: a Ray run already runs on the cluster, one run at a time; "
+            "allowed: --runtime inproc (a sweep's runs as Ray tasks), or runtime ray without --cluster"
+        )
+    if jobs == 1 and not on_cluster:
         return
-    if jobs < 1:
+    if jobs is None and not on_cluster:
+        raise InputError("--jobs: every CPU of a cluster only with --cluster; allowed: an integer >= 1")
+    if jobs is not None and jobs < 1:
         raise InputError(f"--jobs {jobs}: invalid; allowed: an integer >= 1")
     if runtime != "inproc":
         raise InputError(
@@ -123,9 +134,10 @@ def check_jobs(jobs: int, runtime: str, metrics_port: int | None, log_interval: 
         if on
     ]
     if watched:
+        how = "on a Ray cluster (--cluster/--address)" if on_cluster else f"--jobs {jobs}"
         raise InputError(
-            f"--jobs {jobs} with {', '.join(watched)}: these watch a run from this process as it goes; allowed: "
-            f"--jobs 1 with {', '.join(watched)}, or --jobs {jobs} without"
+            f"{how} with {', '.join(watched)}: these watch a run from this process as it goes; allowed: "
+            f"--jobs 1 on this machine with {', '.join(watched)}, or {how} without"
         )
 
 

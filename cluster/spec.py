@@ -30,6 +30,7 @@ from .cost_settings import CostModelSettings, FrontEndSettings, RooflineSettings
 from .engine_settings import EngineSettings, NodeGroup, SamplerSettings
 from .kv_transfer import KVTransferSettings
 from .link_settings import LinksSpec
+from .placement_spec import PlacementSpec, TlsMode
 from .routing_settings import RoutingPolicy, RoutingWeights
 from .settings_base import MAX_BLOCKS, MAX_RUN_S, StrictModel, from_setting, int_or_auto
 
@@ -78,6 +79,9 @@ class ClusterSpec(StrictModel):
     # p2pnccl) with any term overridden. Unused without prefill nodes.
     kv_transfer: KVTransferSettings = Field(default_factory=KVTransferSettings)
     time_scale: float = from_setting(NodeSettings, "time_scale")
+    # Ray runtime only: where node actors go, and TLS on the KV handoff (cluster/placement_spec.py).
+    placement: PlacementSpec = Field(default_factory=PlacementSpec)
+    tls: TlsMode = "auto"
 
     @field_validator("cost_model", mode="before")
     @classmethod

@@ -30,7 +30,11 @@ def add_parser(sub) -> None:
         help="override a setting, e.g. cluster.decode.engine.num_gpu_blocks=256 (refused if a variant sets it too)",
     )
     r.add_argument("--only", action="append", metavar="VARIANT", help="run only this variant (repeatable)")
-    r.add_argument("--address", help="attach to an existing Ray cluster (default: launch a local one on 127.0.0.1)")
+    r.add_argument(
+        "--address",
+        help="attach to an existing Ray cluster (default: launch a local one on 127.0.0.1); an in-process "
+        "scenario's runs go there as Ray tasks (--jobs at once)",
+    )
     r.add_argument("--net-delay", type=number("float", 0), metavar="MS", help="KV link one-way delay")
     r.add_argument("--jitter", type=number("float", 0), metavar="MS", help="KV link delay jitter")
     r.add_argument("--bandwidth", type=number("float", 0, lo_open=True), metavar="MBPS", help="KV link cap, MB/s")
@@ -41,8 +45,14 @@ def add_parser(sub) -> None:
         type=number("int", 1, 64),
         default=1,
         metavar="N",
-        help="in-process only: run up to N of the variant x repeat runs at once, in worker processes "
-        "(same results; default 1)",
+        help="in-process only: run up to N of the variant x repeat runs at once, in worker processes, or as Ray "
+        "tasks with --address (same results; default 1)",
+    )
+    r.add_argument(
+        "--cluster",
+        action="store_true",
+        help="in-process runs as Ray tasks on the cluster at --address (or a local one), as many at once as it has "
+        "CPUs (same results; docs/scale.md)",
     )
     r.add_argument(
         "--breakdown",
@@ -123,7 +133,10 @@ def cmd_run(args) -> int:
         raise InputError(
             f"--pace {args.pace:g}: only in-process runs have a virtual clock to pace; allowed: runtime inproc"
         )
-    check_jobs(args.jobs, runtime, args.metrics_port, args.log_stats, args.pace)
+    from ..cluster_sweep import cluster_mode
+
+    on_cluster, jobs = cluster_mode(args, runtime)
+    check_jobs(jobs, runtime, args.metrics_port, args.log_stats, args.pace, on_cluster)
     out = prepare_out_dir(args.out, scenario.name, args.overwrite)
     RUN_DIR["out"] = out  # a crash after this point leaves its traceback beside the results
     variants = only or scenario.variant_names
@@ -132,7 +145,8 @@ def cmd_run(args) -> int:
         f"{len(repeat_indices) if repeat_indices else scenario.file.repeats} repeat(s) "
         f"on {runtime}"
         + (f" ({args.address})" if args.address else "")
-        + (f", {args.jobs} at once" if args.jobs > 1 else ""),
+        + (f", {args.jobs} at once" if args.jobs > 1 else "")
+        + (" as Ray tasks" if on_cluster else ""),
         highlight=False,
     )
     if scenario.file.description:
@@ -166,7 +180,8 @@ def cmd_run(args) -> int:
         provenance=provenance.collect(),
         only=only,
         pace=args.pace,
-        jobs=args.jobs,
+        jobs=jobs,
+        on_cluster=on_cluster,
         breakdown=args.breakdown,
         by_node=args.by_node,
         repeat_indices=repeat_indices,

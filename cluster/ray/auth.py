@@ -69,3 +69,23 @@ def use_private_token_auth() -> bool:
     if not os.environ.get(TOKEN_ENV) and not os.environ.get(TOKEN_PATH_ENV):
         os.environ[TOKEN_PATH_ENV] = _private_token_file()
     return True
+
+
+def require_ray_auth() -> None:
+    """Attached to a cluster (which may span machines): Ray's token
+    authentication must be on, or anyone who reaches a node could attach
+    and read the run secret from an actor (docs/security.md)."""
+    problem = ray_auth_problem()
+    if problem:
+        raise ValueError(problem)
+
+
+def ray_auth_problem() -> str | None:
+    """Why a run may not attach to a cluster from this process, or None."""
+    if os.environ.get(MODE_ENV, "").lower() == "disabled":
+        return (
+            f"{MODE_ENV}=disabled while attaching to a Ray cluster: a run on a cluster needs Ray's token "
+            f"authentication; allowed: {MODE_ENV}=token with the cluster's token ({TOKEN_ENV} or {TOKEN_PATH_ENV}), "
+            "or the local default (no --address)"
+        )
+    return None

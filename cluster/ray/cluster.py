@@ -49,6 +49,7 @@ class _InitArgs(TypedDict, total=False):
     namespace: str
     log_to_driver: bool
     logging_level: int
+    runtime_env: dict[str, Any]  # only if given
     _node_ip_address: str  # attached only, and only if given
 
 
@@ -64,8 +65,11 @@ class RayClusterHandle:
         log_to_driver: bool = False,
         shutdown_timeout_s: float = 15.0,
         node_ip_address: str | None = None,
+        runtime_env: dict[str, Any] | None = None,
     ) -> None:
-        """`node_ip_address` (attach only): the address of this machine's Ray
+        """`runtime_env`: Ray's job-level runtime environment for every task
+        and actor of this driver (a sweep on a cluster ships the project's
+        code with it: bench/cluster_sweep.py). `node_ip_address` (attach only): the address of this machine's Ray
         node. Ray finds it itself, except for a cluster on loopback aliases
         (a head at 127.0.0.2, say, as in docs/ray.md): for an address on
         127.x.x.x other than 127.0.0.1 it defaults to that host."""
@@ -84,6 +88,7 @@ class RayClusterHandle:
             if host.startswith("127.") and host != "127.0.0.1":
                 self.node_ip_address = host
         self.num_cpus = num_cpus
+        self.runtime_env = runtime_env
         self.object_store_memory = object_store_memory
         self.namespace = namespace
         self.log_to_driver = log_to_driver
@@ -114,6 +119,8 @@ class RayClusterHandle:
         if ray.is_initialized():
             raise RuntimeError("Ray is already initialised in this process; use one RayClusterHandle at a time")
         common = _InitArgs(namespace=self.namespace, log_to_driver=self.log_to_driver, logging_level=logging.WARNING)
+        if self.runtime_env is not None:
+            common["runtime_env"] = self.runtime_env
         if self.launched:
             self._preexisting = ray_processes.descendants()
             self.temp_dir = self._temp_dir_arg or tempfile.mkdtemp(prefix="dsr-", dir="/tmp")

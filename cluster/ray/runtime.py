@@ -40,6 +40,7 @@ from cluster.ray.env import ray
 from cluster.wall.auth import derive_key, new_run_secret
 from cluster.wall.clock import RunClock
 from cluster.wall.node_host import WallNodeSettings
+from cluster.wall.tls import kv_tls_for_run
 from engine.records import WorkloadRequest
 from engine.sampler import DeterministicSampler
 from node.role import NodeReport
@@ -49,6 +50,7 @@ from ..invariants import check_requests
 from ..run_result import RunResult, kv_pull_summary
 from ..spec import ClusterSpec
 from .actors import DecodeNodeActor, PrefillNodeActor
+from .auth import require_ray_auth
 from .cluster import RayClusterHandle
 from .driver import LoadDriver, Progress
 from .handles import ActorInfo, ActorRef, spawn
@@ -187,6 +189,10 @@ class _RayRun:
         # One secret per run, handed to every actor in its constructor
         # arguments (Ray's own channels; never logged): docs/security.md.
         self.secret = new_run_secret()
+        # TLS on the KV handoff: on by default when attached to a cluster (cluster/wall/tls.py).
+        self.kv_tls, self.kv_tls_note = kv_tls_for_run(spec.tls, attached=not handle.launched)
+        if not handle.launched:
+            require_ray_auth()
 
     def _settings(self, index: int, name: str) -> WallNodeSettings:
         s = self.spec
@@ -197,13 +203,15 @@ class _RayRun:
             kv_link=s.links.kv.to_spec(),
             link_seed=self.seed * 1000 + index + 1,
             secret=self.secret,
+            kv_tls=self.kv_tls,
         )
 
     def launch(self) -> None:
         resources = self.handle.cluster_resources()
         for index, (role, node_spec, _) in enumerate(self.spec.node_specs(self.seed)):
             actor_name = f"{self.name}-{node_spec.name}"
-            options = {"name": actor_name, **node_actor_options(role, resources)}
+            placed = node_actor_options(role, resources, self.spec.placement, self.handle.driver_node_id)
+            options = {"name": actor_name, **placed}
             if role == "prefill":
                 actor = spawn(
                     PrefillNodeActor,
@@ -390,8 +398,10 @@ class _RayRun:
         extra = {
             "time_scale": spec.time_scale,
             "ray": self.handle.describe(),
-            "placement_policy": describe_placement(self.handle.cluster_resources()),
+            "placement_policy": describe_placement(self.handle.cluster_resources(), spec.placement),
             "placement": self._placement(),
+            "kv_tls": self.kv_tls_note,
+            "kv_addresses": {n: i.get("address") for n, i in self.info.items() if self.roles.get(n) == "prefill"},
             "kv_pulls": pulls,
             "killed": dict(self.killed),
             "completed": completed,
