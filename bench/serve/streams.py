@@ -31,6 +31,7 @@ class Stream:
     record: RequestRecord
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     seen: int = 0  # tokens already announced
+    client_gone: bool = False  # a write found the connection closed
 
 
 class ServeDriver:
