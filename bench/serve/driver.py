@@ -33,6 +33,9 @@ from .streams import ServeDriver, Stream
 
 __all__ = ["PacedCluster", "Stream"]
 
+TRIM_EVERY = 256  # requests done between trims of the cluster's history
+KEEP_STEPS = 256  # step records each node keeps (nothing in serve reads older ones)
+
 
 class PacedCluster(ServeDriver):
     runtime = "inproc"
@@ -44,7 +47,7 @@ class PacedCluster(ServeDriver):
         time_scale: float = 1.0,
         max_pending: int = 512,
         observer=None,
-        keep_records: int = 10_000,
+        keep_records: int = 1_000,
     ) -> None:
         if not time_scale > 0:
             raise ValueError(f"time_scale={time_scale!r} is invalid; allowed: > 0")
@@ -59,6 +62,7 @@ class PacedCluster(ServeDriver):
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self.lag_s = 0.0
+        self._forgotten = 0
 
     # -- time ---------------------------------------------------------------------------
     def virtual_now(self) -> float:
@@ -119,6 +123,11 @@ class PacedCluster(ServeDriver):
     def _forget(self, request_id: str) -> None:
         self._touched.discard(request_id)
         self.cluster.forget(request_id)
+        self._forgotten += 1
+        if self._forgotten % TRIM_EVERY == 0:
+            # A long-lived server's memory stays flat: nodes drop old step
+            # records and what finished requests left (benchmarks/serve_soak.py).
+            self.cluster.trim_history(KEEP_STEPS)
 
     def requests_aborted(self) -> int:
         return self.cluster.requests_aborted

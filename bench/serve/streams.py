@@ -41,7 +41,7 @@ class ServeDriver:
 
     runtime = ""
 
-    def __init__(self, max_model_len: int, max_pending: int = 512, keep_records: int = 10_000) -> None:
+    def __init__(self, max_model_len: int, max_pending: int = 512, keep_records: int = 1_000) -> None:
         if max_pending < 1:
             raise ValueError(f"max_pending={max_pending!r} is invalid; allowed: >= 1")
         self.max_model_len = max_model_len

@@ -145,7 +145,7 @@ def test_connections_past_the_limit_get_a_503_and_are_closed(start, runtime):
 def test_a_body_that_does_not_arrive_in_time_is_408_and_the_connection_closes(start, runtime):
     srv = _inproc(start, runtime, body_timeout_s=0.5)
     with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\"")
+        s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"prompt"')
         reply = _closed_by_server(s, 10.0)
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408")
