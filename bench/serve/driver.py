@@ -29,12 +29,9 @@ from cluster.inproc import InProcCluster
 from cluster.spec import ClusterSpec
 from engine.records import RequestRecord, WorkloadRequest
 
-from .streams import ServeDriver, Stream
+from .streams import KEEP_STEPS, TRIM_EVERY, ServeDriver, Stream
 
-__all__ = ["PacedCluster", "Stream"]
-
-TRIM_EVERY = 256  # requests done between trims of the cluster's history
-KEEP_STEPS = 256  # step records each node keeps (nothing in serve reads older ones)
+__all__ = ["KEEP_STEPS", "TRIM_EVERY", "PacedCluster", "Stream"]
 
 
 class PacedCluster(ServeDriver):

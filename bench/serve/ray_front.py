@@ -36,7 +36,7 @@ from .app import ServeApp
 from .exposition import Families, add_unplaced, merge_families
 from .guard import ServeLimits
 from .server import Listener, start_site
-from .streams import ServeDriver
+from .streams import KEEP_STEPS, TRIM_EVERY, ServeDriver
 from .tokenizer import get_tokenizer
 
 SCRAPE_TIMEOUT_S = 10.0
@@ -65,6 +65,7 @@ class RouterDriver(ServeDriver):
         # calls in order, so when it is done every earlier one is (a long-lived
         # server keeps no list of them).
         self._last_update: dict[str, Any] = {}
+        self._forgotten = 0
 
     # -- events from the router (in this actor's loop) ------------------------------------
     def on_events(self, events: list[ClientEvent]) -> None:
@@ -112,6 +113,11 @@ class RouterDriver(ServeDriver):
         self.records.pop(request_id, None)
         self.router.failures.pop(request_id, None)
         self.router.rerouted.pop(request_id, None)
+        self._forgotten += 1
+        if self._forgotten % TRIM_EVERY == 0:
+            for name, node in self.nodes.items():
+                if name not in self.router.dead:
+                    node.trim_history.remote(KEEP_STEPS)
 
     def requests_aborted(self) -> int:
         return self.router.requests_aborted

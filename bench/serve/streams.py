@@ -22,6 +22,12 @@ from engine.records import RequestRecord, WorkloadRequest
 from .protocol import ApiError, ServeRequest
 from .tokenizer import segments_for
 
+# A long-lived server's memory stays flat: every TRIM_EVERY requests done,
+# each node keeps its last KEEP_STEPS step records (nothing in serve reads
+# older ones) and forgets what finished requests left (NodeCore.trim_history).
+TRIM_EVERY = 256
+KEEP_STEPS = 256
+
 
 @dataclass
 class Stream:
