@@ -214,6 +214,7 @@ def prepare_out_dir(out: str | None, scenario_name: str, overwrite: bool) -> Pat
 
 def cmd_run(args) -> int:
     from . import provenance
+    from .memory_estimate import check_run_memory
     from .runner import run_scenario
     from .sweep import check_jobs
 
@@ -243,6 +244,7 @@ def cmd_run(args) -> int:
             f"--pace {args.pace:g}: only in-process runs have a virtual clock to pace; allowed: runtime inproc"
         )
     check_jobs(args.jobs, runtime, args.metrics_port, args.log_stats, args.pace)
+    check_run_memory(args.max_memory, scenario, args.only, args.jobs, lambda line: console.print(line, markup=False))
     out = prepare_out_dir(args.out, scenario.name, args.overwrite)
     _RUN_DIR["out"] = out  # a crash after this point leaves its traceback beside the results
     variants = args.only or scenario.variant_names
@@ -413,6 +415,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--by-node", action="store_true", help=BY_NODE_HELP)
     r.add_argument("--out", help="output directory (default: a new results/<scenario>-<time>)")
+    r.add_argument(
+        "--max-memory",
+        metavar="SIZE",
+        help="refuse a run estimated above SIZE (e.g. 4G, 512M), warn above half of it "
+        "(default: this machine's memory; 'off' skips the check; docs/usage.md)",
+    )
     r.add_argument("--overwrite", action="store_true", help="let --out name a directory that holds a previous run")
     r.add_argument("--debug-invariants", action="store_true", help="check block conservation after every step")
     r.add_argument(

@@ -330,6 +330,10 @@ class Scenario:
     def variant(self, name: str) -> Variant:
         return next(x for x in self.variants if x.name == name)
 
+    def workload_spec(self, variant: str) -> WorkloadSpec | None:
+        """The variant's generated workload (None: it replays a trace)."""
+        return self._workload_specs[variant]
+
     def workload(self, variant: str, seed: int) -> tuple[list[WorkloadRequest], int | None]:
         spec = self._workload_specs[variant]
         if spec is not None:
