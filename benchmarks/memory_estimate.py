@@ -24,7 +24,17 @@ import numpy as np
 from bench.memory_estimate import BASE_MIB, PER_OUTPUT_TOKEN_KIB, PER_REQUEST_KIB, RunSize
 from benchmarks.results_md import record_entry
 
-POINTS = [(500, 32), (4000, 32), (500, 256), (2000, 256), (2000, 128), (8000, 64)]
+POINTS = [
+    (500, 32),
+    (4000, 32),
+    (500, 256),
+    (2000, 256),
+    (2000, 128),
+    (8000, 64),
+    (16000, 32),
+    (10000, 128),
+    (6000, 256),
+]
 
 
 def peak_rss_mib(requests: int, output_len: int) -> tuple[float, float]:
