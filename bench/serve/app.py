@@ -51,7 +51,10 @@ async def read_json(request: web.Request, timeout_s: float = ServeLimits.body_ti
     MAX_BODY_BYTES is a 413 in OpenAI's error shape, not aiohttp's text/plain;
     a body not in whole within `timeout_s` is a 408 (and the connection closes)."""
     try:
-        raw = await asyncio.wait_for(request.read(), timeout_s)
+        # A timeout scope, not wait_for: no task in between, so a body that is
+        # already in is read at once (before a client that has left is noticed).
+        async with asyncio.timeout(timeout_s):
+            raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(
             413, f"the request body is larger than {MAX_BODY_BYTES:,} bytes", kind="invalid_request_error"
