@@ -72,7 +72,7 @@ class Fault(_Strict):
 class Chaos(_Strict):
     """Seeded random faults over a run (cluster/chaos.py): in-process every
     kind (kills, restarts, KV partitions, loss bursts, slow stages); on Ray the
-    kills (the other kinds are in-process only)."""
+    kills and restarts (the other kinds are in-process only)."""
 
     seed: int = Field(0, ge=0, le=MAX_SEED)
     # Faults fall in [start_s, end_s) run seconds.
@@ -85,7 +85,7 @@ class Chaos(_Strict):
     max_fault_s: float = Field(1.0, gt=0, le=3600)
     burst_loss: float = Field(0.5, gt=0, le=1)
     slow_factor: float = Field(4.0, ge=1, le=1000)
-    # How many killed nodes come back (in-process), each `restart_after_s` after its kill.
+    # How many killed nodes come back (a fresh process), each `restart_after_s` after its kill.
     restarts: int = Field(0, ge=0, le=100)
     restart_after_s: float = Field(0.5, gt=0, le=MAX_RUN_S)
 

@@ -34,13 +34,14 @@ def has_v0_node_anywhere(scenario: Scenario) -> bool:
 
 
 def chaos_kills(chaos, spec) -> list[dict]:
-    """The kills of a chaos plan, as Ray faults (the other kinds are in-process only)."""
+    """The kills and restarts of a chaos plan, as Ray faults (the other kinds are in-process only)."""
     from cluster.chaos import plan_faults
 
     names = [(role, ns.name) for role, ns, _ in spec.node_specs()]
     prefill = [n for r, n in names if r == "prefill"]
     decode = [n for r, n in names if r == "decode"]
-    return [{"kill": f.target, "at": f.at} for f in plan_faults(chaos, prefill, decode) if f.kind == "kill"]
+    plan = plan_faults(chaos, prefill, decode)
+    return [{f.kind: f.target, "at": f.at} for f in plan if f.kind in ("kill", "restart")]
 
 
 def run_one(
