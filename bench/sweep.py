@@ -75,13 +75,16 @@ def run_one(
         cluster = InProcCluster(spec, seed=seed, debug_invariants=debug_invariants, observer=observer)
         cluster.submit(workload, max_concurrency)
         for fault in faults:
-            cluster.kill_node_at(fault.kill, fault.at)
+            if fault.kind == "kill":
+                cluster.kill_node_at(fault.node, fault.at)
+            else:
+                cluster.restart_node_at(fault.node, fault.at)
         if chaos is not None:
             cluster.inject_chaos(chaos)
         return cluster.run()
     from cluster.ray.runtime import run_ray
 
-    ray_faults = [f.model_dump() for f in faults]
+    ray_faults = [f.model_dump(exclude_none=True) for f in faults]
     if chaos is not None:
         ray_faults += chaos_kills(chaos, spec)
     return run_ray(

@@ -302,13 +302,17 @@ class _RayRun:
             tasks.append(asyncio.ensure_future(obs.poll()))
         self.start_wall, self.proxy_address = start_wall, proxy_address
         tasks += [asyncio.ensure_future(self._kill_at(clock, name, at)) for name, at in kills]
-        tasks += [asyncio.ensure_future(self._restart_at(clock, name, at)) for name, at in restarts]
+        restarting = [(at, asyncio.ensure_future(self._restart_at(clock, name, at))) for name, at in restarts]
         completed = await driver.wait_done(stall_timeout_s, timeout_s)
         # The run lasted until its last request finished (the driver hears of
         # it a little later: client events come in batches).
         ends = [r.finish_time for r in driver.records.values() if r.finish_time is not None]
         duration = max(ends) if completed and ends else clock.now()
-        for task in tasks:
+        # A restart already due finishes (its node then drains and reports); later ones are not made.
+        due = [task for at, task in restarting if at <= clock.now()]
+        if due:
+            await asyncio.wait(due, timeout=CALL_TIMEOUT_S)
+        for task in tasks + [task for _, task in restarting]:
             task.cancel()
         proxy_stats: ProxyStats = await asyncio.wait_for(proxy.close_stream.remote(), CALL_TIMEOUT_S)
         try:
