@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from cluster.ray.cluster import RayClusterHandle
-from cluster.ray.runtime import parse_faults, split_faults
+from cluster.ray.faults import parse_faults, split_faults
 from cluster.wall.clock import RunClock
 from cluster.wall.delay_line import DelayedMailbox
 from cluster.wall.frames import FrameConnection, serve
