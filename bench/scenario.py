@@ -207,15 +207,22 @@ class Scenario:
 
     # -- checks that need the whole scenario ----------------------------------------------
     def _check_faults(self) -> None:
-        for i, fault in enumerate(self.file.faults):
+        faults = self.file.faults
+        for i, fault in enumerate(faults):
+            kind, node = fault.kind, fault.node
             for v in self.variants:
                 names = [ns.name for _, ns, _ in self._clusters[v.name].node_specs()]
-                if fault.kill not in names:
+                if node not in names:
                     raise self._fail(
-                        ("faults", i, "kill"),
-                        f"faults[{i}].kill={fault.kill!r} names no node of variant {v.name!r}"
-                        f"{did_you_mean(fault.kill, names)}; allowed: {', '.join(names)}",
+                        ("faults", i, kind),
+                        f"faults[{i}].{kind}={node!r} names no node of variant {v.name!r}"
+                        f"{did_you_mean(node, names)}; allowed: {', '.join(names)}",
                     )
+            if kind == "restart" and not any(f.kill == node and f.at < fault.at for f in faults):
+                raise self._fail(
+                    ("faults", i, kind),
+                    f"faults[{i}].restart={node!r} at {fault.at:g} s follows no kill of it; allowed: after its kill",
+                )
 
     def _check_capacity(self) -> None:
         """vLLM's start-up check: a node's KV pool holds at least one max_model_len request."""
@@ -337,6 +344,10 @@ class Scenario:
 
     def variant(self, name: str) -> Variant:
         return next(x for x in self.variants if x.name == name)
+
+    def workload_spec(self, variant: str) -> WorkloadSpec | None:
+        """The variant's generated workload (None: it replays a trace)."""
+        return self._workload_specs[variant]
 
     def workload(self, variant: str, seed: int) -> tuple[list[WorkloadRequest], int | None]:
         spec = self._workload_specs[variant]

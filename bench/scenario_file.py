@@ -64,16 +64,37 @@ class Variant(_Strict):
 
 
 class Fault(_Strict):
-    """Kill a node at a run time (run seconds: virtual in-process, wall on Ray)."""
+    """Kill a node at a run time (run seconds: virtual in-process, wall on Ray),
+    or restart one killed before as a fresh process (empty pool and cache)."""
 
-    kill: str = Field(min_length=1, max_length=100)
+    kill: str | None = Field(None, min_length=1, max_length=100)
+    restart: str | None = Field(None, min_length=1, max_length=100)
     at: float = Field(ge=0, le=MAX_RUN_S)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Fault:
+        if (self.kill is None) == (self.restart is None):
+            raise ValueError(
+                "a fault names one node as kill or restart; "
+                "allowed: {kill: <node>, at: <s>} or {restart: <node>, at: <s>}"
+            )
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "kill" if self.kill is not None else "restart"
+
+    @property
+    def node(self) -> str:
+        node = self.kill if self.kill is not None else self.restart
+        assert node is not None  # _one_kind
+        return node
 
 
 class Chaos(_Strict):
     """Seeded random faults over a run (cluster/chaos.py): in-process every
     kind (kills, restarts, KV partitions, loss bursts, slow stages); on Ray the
-    kills (the other kinds are in-process only)."""
+    kills and restarts (the other kinds are in-process only)."""
 
     seed: int = from_setting(ChaosConfig, "seed")
     start_s: float = from_setting(ChaosConfig, "start_s")

@@ -34,13 +34,14 @@ def has_v0_node_anywhere(scenario: Scenario) -> bool:
 
 
 def chaos_kills(chaos, spec) -> list[dict]:
-    """The kills of a chaos plan, as Ray faults (the other kinds are in-process only)."""
+    """The kills and restarts of a chaos plan, as Ray faults (the other kinds are in-process only)."""
     from cluster.chaos import plan_faults
 
     names = [(role, ns.name) for role, ns, _ in spec.node_specs()]
     prefill = [n for r, n in names if r == "prefill"]
     decode = [n for r, n in names if r == "decode"]
-    return [{"kill": f.target, "at": f.at} for f in plan_faults(chaos, prefill, decode) if f.kind == "kill"]
+    plan = plan_faults(chaos, prefill, decode)
+    return [{f.kind: f.target, "at": f.at} for f in plan if f.kind in ("kill", "restart")]
 
 
 def run_one(
@@ -72,13 +73,16 @@ def run_one(
         cluster = InProcCluster(spec, seed=seed, debug_invariants=debug_invariants, observer=observer)
         cluster.submit(workload, max_concurrency)
         for fault in faults:
-            cluster.kill_node_at(fault.kill, fault.at)
+            if fault.kind == "kill":
+                cluster.kill_node_at(fault.node, fault.at)
+            else:
+                cluster.restart_node_at(fault.node, fault.at)
         if chaos is not None:
             cluster.inject_chaos(chaos)
         return cluster.run()
     from cluster.ray.runtime import run_ray
 
-    ray_faults = [f.model_dump() for f in faults]
+    ray_faults = [f.model_dump(exclude_none=True) for f in faults]
     if chaos is not None:
         ray_faults += chaos_kills(chaos, spec)
     return run_ray(

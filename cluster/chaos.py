@@ -46,7 +46,7 @@ class ChaosConfig:
     burst_loss: float = setting(0.5, doc="A loss burst's drop probability.", gt=0, le=1)
     slow_factor: float = setting(4.0, doc="How many times longer a slow window's steps take.", ge=1, le=1000)
     restarts: int = setting(
-        0, doc="How many killed nodes come back (in-process), each `restart_after_s` after its kill.", ge=0, le=100
+        0, doc="How many killed nodes come back (a fresh process), each `restart_after_s` after its kill.", ge=0, le=100
     )
     restart_after_s: float = setting(0.5, doc="From a kill to its restart.", gt=0, le=MAX_RUN_S)
 

@@ -118,6 +118,17 @@ class EngineCore:
         self.scheduler.advance_clock(now)
         return self.queue_step(now, self.scheduler.schedule())
 
+    def ids_in_flight(self) -> set[str]:
+        """Requests a step in flight names (scheduled in it, or finished by
+        it and not yet retired)."""
+        ids: set[str] = set()
+        for plan in self.batch_queue:
+            ids.update(plan.scheduler_output.num_scheduled_tokens)
+            ids.update(plan.scheduler_output.finished_req_ids)
+        for _, finished in self._to_retire:
+            ids.update(finished)
+        return ids
+
     def queue_step(self, now: float, so: SchedulerOutput) -> StepPlan | None:
         """The rest of `schedule_step` for a scheduled step (also one the
         steady-decode fast path scheduled, engine/steady_decode.py)."""

@@ -216,6 +216,20 @@ class NodeCore:
     def step_records(self) -> list[StepRecord]:
         return self.engine.step_records
 
+    def trim_history(self, keep_steps: int) -> None:
+        """A long-running server's node (`disagg-sim serve`): keep the last
+        `keep_steps` step records, and forget what finished requests left
+        behind (first scheduled times, the shadow store's bookkeeping). A run
+        that reports at its end never calls this: it reports every step."""
+        engine = self.engine
+        del engine.step_records[:-keep_steps]
+        keep = set(self.scheduler.requests) | set(self.runner.requests) | engine.ids_in_flight()
+        for request_id in [r for r in engine.first_scheduled if r not in keep]:
+            del engine.first_scheduled[request_id]
+        shadow = self.runner.shadow
+        if shadow is not None:
+            shadow.prune(keep)
+
     def first_scheduled_time(self, request_id: str) -> float | None:
         return self.engine.first_scheduled.get(request_id)
 

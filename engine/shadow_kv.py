@@ -221,6 +221,28 @@ class ShadowKVStore(DecodeChains):
                 if not readers:
                     del self.readers[block]
 
+    def prune(self, keep: set[str]) -> int:
+        """Forget finished requests for good (a long-running server): every
+        request outside `keep` (the ones a step or a pull may still touch)
+        that no block names as its owner or reader can never be looked up
+        again, so its bad-block set, read cache and retirement go. Returns
+        how many requests were forgotten."""
+        named = {o for o in self.owner if o is not None}
+        for readers in self.readers.values():
+            named.update(readers)
+        named.update(self._pending)
+        known = set(self._retired) | self._bad.keys() | self._verified.keys() | self._disjoint.keys()
+        known |= self._chain.keys() | self._shared_with.keys()
+        gone = known - keep - named
+        for request_id in gone:
+            self._retired.discard(request_id)
+            self._bad.pop(request_id, None)
+            self._verified.pop(request_id, None)
+            self._disjoint.pop(request_id, None)
+            self._chain.pop(request_id, None)
+            self._shared_with.pop(request_id, None)
+        return len(gone)
+
     def retire(self, request_id: str) -> None:
         """A finished request that no step can read for any more (none in
         flight includes it, and no KV pull will read its blocks): its

@@ -60,6 +60,12 @@ def add_parser(sub) -> None:
         help="also print the TTFT breakdown: mean ms per part of the first token's path (docs/cost-model.md)",
     )
     r.add_argument("--by-node", action="store_true", help=BY_NODE_HELP)
+    r.add_argument(
+        "--max-memory",
+        metavar="SIZE",
+        help="refuse a run estimated above SIZE (e.g. 4G, 512M), warn above half of it "
+        "(default: this machine's memory; 'off' skips the check; docs/usage.md)",
+    )
     r.add_argument("--out", help="output directory (default: a new results/<scenario>-<time>)")
     r.add_argument("--overwrite", action="store_true", help="let --out name a directory that holds a previous run")
     r.add_argument("--debug-invariants", action="store_true", help="check block conservation after every step")
@@ -137,6 +143,11 @@ def cmd_run(args) -> int:
 
     on_cluster, jobs = cluster_mode(args, runtime)
     check_jobs(jobs, runtime, args.metrics_port, args.log_stats, args.pace, on_cluster)
+    from ..memory_estimate import check_run_memory
+
+    check_run_memory(
+        args.max_memory, scenario, only, jobs or 1, lambda line: out_console.print(line, markup=False, highlight=False)
+    )
     out = prepare_out_dir(args.out, scenario.name, args.overwrite)
     RUN_DIR["out"] = out  # a crash after this point leaves its traceback beside the results
     variants = only or scenario.variant_names

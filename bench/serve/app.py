@@ -16,18 +16,23 @@ GET /health, GET /metrics. Request fields and errors: `protocol.py`.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiohttp import web
 
+from .guard import ConnectionGuard, ServeLimits, api_key_middleware
 from .protocol import ApiError, ServeRequest, parse_json_body, parse_request, usage
 from .streams import ServeDriver, Stream
 from .tokenizer import SimTokenizer
 
 MAX_BODY_BYTES = 8 << 20
+
+logger = logging.getLogger("bench.serve")
 
 
 def _unknown_model(name: object, served: str) -> ApiError:
@@ -35,17 +40,28 @@ def _unknown_model(name: object, served: str) -> ApiError:
 
 
 def _error(err: ApiError) -> web.Response:
-    return web.json_response(err.body(), status=err.status)
+    response = web.json_response(err.body(), status=err.status)
+    if err.status == 408:
+        response.force_close()  # the rest of the body may still be on its way
+    return response
 
 
-async def read_json(request: web.Request) -> Any:
+async def read_json(request: web.Request, timeout_s: float = ServeLimits.body_timeout_s) -> Any:
     """The body's JSON within `parse_json_body`'s bounds; a body past
-    MAX_BODY_BYTES is a 413 in OpenAI's error shape, not aiohttp's text/plain."""
+    MAX_BODY_BYTES is a 413 in OpenAI's error shape, not aiohttp's text/plain;
+    a body not in whole within `timeout_s` is a 408 (and the connection closes)."""
     try:
-        raw = await request.read()
+        # A timeout scope, not wait_for: no task in between, so a body that is
+        # already in is read at once (before a client that has left is noticed).
+        async with asyncio.timeout(timeout_s):
+            raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(
             413, f"the request body is larger than {MAX_BODY_BYTES:,} bytes", kind="invalid_request_error"
+        ) from None
+    except TimeoutError:
+        raise ApiError(
+            408, f"the request body did not arrive within {timeout_s:g} s", kind="invalid_request_error"
         ) from None
     try:
         return parse_json_body(raw.decode("utf-8"))
@@ -60,6 +76,8 @@ class ServeApp:
         tokenizer: SimTokenizer,
         model_name: str,
         render_metrics: Callable[[], Awaitable[bytes]] | None = None,
+        api_keys: Sequence[str] = (),
+        limits: ServeLimits | None = None,
     ) -> None:
         self.driver = driver
         self.tok = tokenizer
@@ -67,7 +85,12 @@ class ServeApp:
         self.render_metrics = render_metrics
         self.created = int(time.time())
         self.aborted = 0  # requests whose client went away before the end
-        self.app = web.Application(client_max_size=MAX_BODY_BYTES)
+        self.limits = limits or ServeLimits()
+        self.guard = ConnectionGuard(self.limits)
+        middlewares = [self.guard.middleware]
+        if api_keys:
+            middlewares.append(api_key_middleware(list(api_keys)))
+        self.app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
         self.app.router.add_post("/v1/completions", self.completions)
         self.app.router.add_post("/v1/chat/completions", self.chat)
         self.app.router.add_get("/v1/models", self.models)
@@ -77,6 +100,14 @@ class ServeApp:
         self.app.router.add_get("/metrics", self.metrics)
         self.app.on_startup.append(self._on_startup)
         self.app.on_cleanup.append(self._on_cleanup)
+
+    async def query(self, name: str, *args: Any) -> Any:
+        """The front door's own counts, else `ServeDriver.query` (tests, tools)."""
+        if name == "client_aborts_seen_by_app":
+            return self.aborted
+        if name == "connections":
+            return self.guard.counts()
+        return await self.driver.query(name, *args)
 
     async def _on_startup(self, _app: web.Application) -> None:
         self.driver.start()
@@ -97,7 +128,7 @@ class ServeApp:
         return web.json_response({"object": "list", "data": [card]})
 
     async def _body(self, request: web.Request) -> dict:
-        body = await read_json(request)
+        body = await read_json(request, self.limits.body_timeout_s)
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")
         if body.get("model") not in (None, self.model):
@@ -149,7 +180,7 @@ class ServeApp:
 
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
         try:
-            body = await read_json(request)
+            body = await read_json(request, self.limits.body_timeout_s)
             req = parse_request(body, kind, self.tok, self.model, self.driver.max_model_len)
             stream = self.driver.submit(req)
         except ApiError as err:
@@ -165,11 +196,24 @@ class ServeApp:
         finally:
             # A client that went away (the handler is cancelled, or a write
             # failed): the request is aborted in the engine, its blocks freed.
-            if not finished and stream.record.finish_reason is None:
+            # One INFO line: a client leaving is not a server error.
+            gone = not finished or stream.client_gone
+            rec = stream.record
+            if gone and rec.finish_reason is None:
                 self.aborted += 1
                 self.driver.abort(stream)
+                what = "aborted"
             else:
                 self.driver.release(stream)
+                what = f"finished {rec.finish_reason}"
+            if gone:
+                logger.info(
+                    "client went away: %s (%d tokens generated of max_tokens %d; %s)",
+                    stream.request_id,
+                    stream.seen,
+                    req.max_tokens,
+                    what,
+                )
 
     async def _wait(self, stream: Stream) -> None:
         stream.changed.clear()
@@ -230,6 +274,15 @@ class ServeApp:
 
     async def _stream(self, request: web.Request, req: ServeRequest, stream: Stream) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        try:
+            await self._stream_to(request, response, req, stream)
+        except ConnectionResetError:  # a write to a client that closed (aiohttp: ClientConnectionResetError)
+            stream.client_gone = True
+        return response
+
+    async def _stream_to(
+        self, request: web.Request, response: web.StreamResponse, req: ServeRequest, stream: Stream
+    ) -> None:
         await response.prepare(request)
 
         async def send(obj: dict | str) -> None:
@@ -270,4 +323,3 @@ class ServeApp:
             await send(last)
         await send("[DONE]")
         await response.write_eof()
-        return response

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import sys
 
 from ..errors import InputError
 from .activity import ServeActivity, say_starting
+from .guard import api_keys_from
 
 LOOPBACK = "127.0.0.1"
 
@@ -52,6 +54,13 @@ def add_serve_parsers(sub, number, cmd_serve, cmd_tokenizer) -> None:
     s.add_argument(
         "--seed", type=number("int", 0, 2**31), default=None, help="sampler and link seed (default: the scenario's)"
     )
+    s.add_argument(
+        "--api-key",
+        nargs="+",
+        metavar="KEY",
+        help="as vLLM: requests under /v1 must send 'Authorization: Bearer <one of these>' (else 401); "
+        "/health and /metrics stay open (default: $VLLM_API_KEY, else none)",
+    )
     s.set_defaults(func=cmd_serve)
     t = sub.add_parser("tokenizer", help="write the simulator's tokenizer as a Hugging Face tokenizer directory")
     t.add_argument("dir", help="directory to write tokenizer.json, tokenizer_config.json, special_tokens_map.json into")
@@ -73,7 +82,7 @@ def tokenizer_command(args) -> int:
     return 0
 
 
-def _check_host(host: str) -> None:
+def _check_host(host: str, keyed: bool) -> None:
     try:
         addr = ipaddress.ip_address(host)
     except ValueError:
@@ -81,15 +90,19 @@ def _check_host(host: str) -> None:
             raise InputError(f"--host {host!r}: not an IP address; allowed: e.g. 127.0.0.1 or 0.0.0.0") from None
         return
     if not addr.is_loopback:
-        # Asked for on purpose: say so, since nothing here is authenticated.
-        print(f"warning: serving on {host}: other machines can reach this server (no authentication)", file=sys.stderr)
+        # Asked for on purpose: say so, the more so without a key.
+        how = "with an API key on /v1" if keyed else "no authentication"
+        print(f"warning: serving on {host}: other machines can reach this server ({how})", file=sys.stderr)
 
 
 def serve_command(args) -> int:
     from ..scenario import load_scenario
     from .server import build_app, serve_forever
 
-    _check_host(args.host)
+    api_keys = api_keys_from(args.api_key, dict(os.environ))
+    if args.api_key is not None and not api_keys:
+        raise InputError("--api-key: empty; allowed: one or more non-empty keys")
+    _check_host(args.host, bool(api_keys))
     scenario = load_scenario(args.scenario)
     variant = args.variant or scenario.variant_names[0]
     if variant not in scenario.variant_names:
@@ -105,9 +118,16 @@ def serve_command(args) -> int:
         )
     where = f"{scenario.name}/{variant}"
     if runtime == "ray":
-        return _serve_on_ray(args, spec, seed, where)
+        return _serve_on_ray(args, spec, seed, where, api_keys)
     say_starting(f"{where} in-process (its nodes, the tokenizer, the front door)")
-    app = build_app(spec, args.model_name, seed=seed, time_scale=args.time_scale, max_pending=args.max_pending)
+    app = build_app(
+        spec,
+        args.model_name,
+        seed=seed,
+        time_scale=args.time_scale,
+        max_pending=args.max_pending,
+        api_keys=api_keys,
+    )
     activity = ServeActivity()
 
     def ready(port: int) -> None:
@@ -142,7 +162,7 @@ def _say_ready(args, where: str, runtime: str, port: int) -> None:
     )
 
 
-def _serve_on_ray(args, spec, seed: int, where: str) -> int:
+def _serve_on_ray(args, spec, seed: int, where: str, api_keys: list[str]) -> int:
     """The cluster as Ray actors, the front door in the proxy actor; until Ctrl-C (or SIGTERM)."""
     import time
 
@@ -166,6 +186,7 @@ def _serve_on_ray(args, spec, seed: int, where: str) -> int:
                 max_pending=args.max_pending,
                 host=args.host,
                 port=args.port,
+                api_keys=api_keys,
             )
         except OSError as exc:  # raised in the proxy actor, where the front door binds
             raise InputError(f"--port {args.port}: cannot listen on {args.host}:{args.port} ({exc})") from None

@@ -29,9 +29,9 @@ from cluster.inproc import InProcCluster
 from cluster.spec import ClusterSpec
 from engine.records import RequestRecord, WorkloadRequest
 
-from .streams import ServeDriver, Stream
+from .streams import KEEP_STEPS, TRIM_EVERY, ServeDriver, Stream
 
-__all__ = ["PacedCluster", "Stream"]
+__all__ = ["KEEP_STEPS", "TRIM_EVERY", "PacedCluster", "Stream"]
 
 
 class PacedCluster(ServeDriver):
@@ -44,7 +44,7 @@ class PacedCluster(ServeDriver):
         time_scale: float = 1.0,
         max_pending: int = 512,
         observer=None,
-        keep_records: int = 10_000,
+        keep_records: int = 1_000,
     ) -> None:
         if not time_scale > 0:
             raise ValueError(f"time_scale={time_scale!r} is invalid; allowed: > 0")
@@ -59,6 +59,7 @@ class PacedCluster(ServeDriver):
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self.lag_s = 0.0
+        self._forgotten = 0
 
     # -- time ---------------------------------------------------------------------------
     def virtual_now(self) -> float:
@@ -119,6 +120,11 @@ class PacedCluster(ServeDriver):
     def _forget(self, request_id: str) -> None:
         self._touched.discard(request_id)
         self.cluster.forget(request_id)
+        self._forgotten += 1
+        if self._forgotten % TRIM_EVERY == 0:
+            # A long-lived server's memory stays flat: nodes drop old step
+            # records and what finished requests left (benchmarks/serve_soak.py).
+            self.cluster.trim_history(KEEP_STEPS)
 
     def requests_aborted(self) -> int:
         return self.cluster.requests_aborted

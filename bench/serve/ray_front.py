@@ -24,7 +24,6 @@ import asyncio
 import functools
 from typing import Any
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -34,8 +33,10 @@ from proxy.client import Arrived, ClientEvent, Finished, Submission, apply_to_re
 
 from ..observe import start_node_observer
 from .app import ServeApp
-from .server import start_site
-from .streams import ServeDriver
+from .exposition import Families, add_unplaced, merge_families
+from .guard import ServeLimits
+from .server import Listener, start_site
+from .streams import KEEP_STEPS, TRIM_EVERY, ServeDriver
 from .tokenizer import get_tokenizer
 
 SCRAPE_TIMEOUT_S = 10.0
@@ -49,8 +50,12 @@ def serve_observer_factory(model_name: str):
 class RouterDriver(ServeDriver):
     runtime = "ray"
 
-    def __init__(self, server, nodes: dict[str, Any], max_model_len: int, max_pending: int) -> None:
+    def __init__(
+        self, server, nodes: dict[str, Any], max_model_len: int, max_pending: int, model_name: str = "disagg-sim"
+    ) -> None:
         super().__init__(max_model_len, max_pending)
+        self.model_name = model_name
+        self.finished_nowhere: dict[str, int] = {}  # finish reason -> requests no node had (exposition.py)
         self.server = server  # cluster.ray.proxy.ProxyServer
         self.router = server.proxy  # proxy.Proxy
         self.clock = server.clock
@@ -60,6 +65,7 @@ class RouterDriver(ServeDriver):
         # calls in order, so when it is done every earlier one is (a long-lived
         # server keeps no list of them).
         self._last_update: dict[str, Any] = {}
+        self._forgotten = 0
 
     # -- events from the router (in this actor's loop) ------------------------------------
     def on_events(self, events: list[ClientEvent]) -> None:
@@ -82,8 +88,11 @@ class RouterDriver(ServeDriver):
         """Finished records to the node that served them (its latency histograms)."""
         by_node: dict[str, list[RequestRecord]] = {}
         for node, rec in finished:
-            if node in self.nodes and node not in self.router.dead:
-                by_node.setdefault(node, []).append(rec)
+            if node in self.nodes:
+                if node not in self.router.dead:
+                    by_node.setdefault(node, []).append(rec)
+            elif rec.finish_reason is not None:  # ended before any node had it
+                self.finished_nowhere[rec.finish_reason] = self.finished_nowhere.get(rec.finish_reason, 0) + 1
         for node, records in by_node.items():
             self._last_update[node] = self.nodes[node].observe_requests.remote(records)
 
@@ -104,6 +113,11 @@ class RouterDriver(ServeDriver):
         self.records.pop(request_id, None)
         self.router.failures.pop(request_id, None)
         self.router.rerouted.pop(request_id, None)
+        self._forgotten += 1
+        if self._forgotten % TRIM_EVERY == 0:
+            for name, node in self.nodes.items():
+                if name not in self.router.dead:
+                    node.trim_history.remote(KEEP_STEPS)
 
     def requests_aborted(self) -> int:
         return self.router.requests_aborted
@@ -130,47 +144,42 @@ class RouterDriver(ServeDriver):
         for got in taken:
             if isinstance(got, BaseException) or got is None:
                 continue  # a node that died meanwhile
-            for fam in text_string_to_metric_families(got.decode()):
-                have = merged.get(fam.name)
-                if have is None:
-                    have = merged[fam.name] = Metric(fam.name, fam.documentation, fam.type, fam.unit)
-                have.samples.extend(fam.samples)
+            merge_families(text_string_to_metric_families(got.decode()), merged)
+        add_unplaced(merged, self.finished_nowhere, self.model_name)
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Families(list(merged.values())))
+        registry.register(Families(list(merged.values())))
         return generate_latest(registry)
-
-
-class _Families:
-    def __init__(self, families: list[Metric]) -> None:
-        self.families = families
-
-    def collect(self) -> list[Metric]:
-        return self.families
 
 
 class RayFront:
     """The started front door (`cluster.ray.proxy.FrontDoor`)."""
 
-    def __init__(self, app: ServeApp, runner: web.AppRunner, port: int) -> None:
+    def __init__(self, app: ServeApp, runner: Listener, port: int) -> None:
         self.app = app
         self.runner = runner
         self.port = port
 
     async def query(self, name: str, *args: Any) -> Any:
-        if name == "client_aborts_seen_by_app":
-            return self.app.aborted
-        return await self.app.driver.query(name, *args)
+        return await self.app.query(name, *args)
 
     async def close(self) -> None:
         await self.runner.cleanup()
 
 
 async def start_ray_front(
-    proxy, nodes: dict[str, Any], host: str, port: int, model_name: str, max_pending: int, max_model_len: int
+    proxy,
+    nodes: dict[str, Any],
+    host: str,
+    port: int,
+    model_name: str,
+    max_pending: int,
+    max_model_len: int,
+    api_keys: tuple[str, ...] = (),
+    limits: ServeLimits | None = None,
 ) -> RayFront:
     """In the proxy actor, after its `begin`: the HTTP server on `host`:`port` (0 = ephemeral)."""
-    driver = RouterDriver(proxy.server, nodes, max_model_len, max_pending)
+    driver = RouterDriver(proxy.server, nodes, max_model_len, max_pending, model_name)
     proxy.on_events = driver.on_events
-    app = ServeApp(driver, get_tokenizer(), model_name, driver.render_metrics)
+    app = ServeApp(driver, get_tokenizer(), model_name, driver.render_metrics, api_keys, limits)
     runner, bound = await start_site(app, host, port)
     return RayFront(app, runner, bound)

@@ -6,11 +6,13 @@ and the CLI treat both runtimes alike."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from cluster.ray.cluster import RayClusterHandle
 from cluster.spec import ClusterSpec
 
+from .guard import ServeLimits
 from .ray_front import serve_observer_factory, start_ray_front
 from .server import DEFAULT_MODEL
 
@@ -26,6 +28,8 @@ class RayServer:
         max_pending: int = 512,
         host: str = "127.0.0.1",
         port: int = 0,
+        api_keys: Sequence[str] = (),
+        limits: ServeLimits | None = None,
     ) -> None:
         from cluster.ray.serving import RayServing
 
@@ -40,7 +44,7 @@ class RayServer:
             seed,
             serve_observer_factory(model_name),
             start_ray_front,
-            (host, port, model_name, max_pending, max_model_len),
+            (host, port, model_name, max_pending, max_model_len, tuple(api_keys), limits),
         )
         self.port = self.serving.start()
         self.base_url = f"http://{host}:{self.port}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -17,41 +17,58 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 
 from cluster.spec import ClusterSpec
+from engine.records import RequestRecord
 
 from ..observe import LiveObserver
 from .app import ServeApp
 from .driver import PacedCluster
+from .exposition import add_unplaced, merge_families
+from .guard import ServeLimits
 from .tokenizer import get_tokenizer
 
 DEFAULT_MODEL = "disagg-sim"
+LINGER_S = 2.0
 
 
-class _MergedNodes:
-    """One exposition for all nodes: each node's exporter has its own
-    registry, and a family may appear only once in a scrape."""
+class _ServeObserver(LiveObserver):
+    """The nodes' exporters, and the requests that finished before any node
+    had them (`exposition.add_unplaced`): the in-process proxy reports
+    those under the node name "proxy"."""
 
-    def __init__(self, observer: LiveObserver) -> None:
-        self.observer = observer
+    def __init__(self, node_names: list[str], model_name: str) -> None:
+        super().__init__(node_names, metrics_port=None, model_name=model_name)
+        self.model_name = model_name
+        self.finished_nowhere: dict[str, int] = {}
 
-    def collect(self):
-        families: dict[str, Metric] = {}
-        for exporter in self.observer.exporters.values():
-            for fam in exporter.registry.collect():
-                have = families.get(fam.name)
-                if have is None:
-                    have = families[fam.name] = Metric(fam.name, fam.documentation, fam.type, fam.unit)
-                have.samples.extend(fam.samples)
-        return list(families.values())
+    def on_request_finished(self, node_name: str, rec: RequestRecord) -> None:
+        if node_name in self.nodes:
+            super().on_request_finished(node_name, rec)
+        elif rec.finish_reason is not None:
+            self.finished_nowhere[rec.finish_reason] = self.finished_nowhere.get(rec.finish_reason, 0) + 1
+
+    def collect(self) -> list[Metric]:
+        """One exposition for all nodes (a family may appear only once in a scrape)."""
+        merged: dict[str, Metric] = {}
+        for exporter in self.exporters.values():
+            merge_families(exporter.registry.collect(), merged)
+        add_unplaced(merged, self.finished_nowhere, self.model_name)
+        return list(merged.values())
 
 
 def build_app(
-    spec: ClusterSpec, model_name: str = DEFAULT_MODEL, seed: int = 0, time_scale: float = 1.0, max_pending: int = 512
+    spec: ClusterSpec,
+    model_name: str = DEFAULT_MODEL,
+    seed: int = 0,
+    time_scale: float = 1.0,
+    max_pending: int = 512,
+    api_keys: Sequence[str] = (),
+    limits: ServeLimits | None = None,
 ) -> ServeApp:
     names = [name for _, node_spec, _ in spec.node_specs() for name in [node_spec.name]]
-    observer = LiveObserver(names, metrics_port=None, model_name=model_name)
+    observer = _ServeObserver(names, model_name)
     driver = PacedCluster(spec, seed=seed, time_scale=time_scale, max_pending=max_pending, observer=observer)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_MergedNodes(observer))
+    registry.register(observer)
 
     async def render() -> bytes:
         for name, node in driver.cluster.nodes.items():
@@ -60,18 +77,44 @@ def build_app(
                 obs.refresh(node.core.live_gauges(), node.counters())
         return generate_latest(registry)
 
-    return ServeApp(driver, get_tokenizer(), model_name, render)
+    return ServeApp(driver, get_tokenizer(), model_name, render, api_keys, limits)
 
 
-async def start_site(serve_app: ServeApp, host: str, port: int) -> tuple[web.AppRunner, int]:
+class Listener:
+    """The listening socket and the app's runner; `cleanup` stops both."""
+
+    def __init__(self, server: asyncio.Server, runner: web.AppRunner) -> None:
+        self.server = server
+        self.runner = runner
+
+    async def cleanup(self) -> None:
+        self.server.close()  # no new connections
+        await self.runner.cleanup()  # aiohttp closes its connections (requests in flight end)
+
+
+async def start_site(serve_app: ServeApp, host: str, port: int) -> tuple[Listener, int]:
+    """Listen on `host`:`port` (0 = ephemeral) with the app's connection guard
+    (`guard.py`: header timeout, connection limit) around aiohttp's handler."""
     # handler_cancellation: a client that disconnects cancels its handler, which aborts its request.
-    runner = web.AppRunner(serve_app.app, handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(
+        serve_app.app,
+        handler_cancellation=True,
+        access_log=None,
+        # aiohttp's own idle bound, behind the guard's (which counts what it closes).
+        keepalive_timeout=2 * serve_app.limits.header_timeout_s,
+        # After an early answer (401, 408, 413) the unread rest of a body is
+        # drained for at most this long, then the connection closes (aiohttp: 10 s).
+        lingering_time=LINGER_S,
+    )
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    server = site._server
-    bound = server.sockets[0].getsockname()[1] if server is not None and server.sockets else port  # type: ignore[attr-defined]  # (an asyncio.Server; aiohttp types it as AbstractServer)
-    return runner, bound
+    aiohttp_server = runner.server
+    assert aiohttp_server is not None  # set up above
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        serve_app.guard.protocol_factory(aiohttp_server), host, port, reuse_address=True, backlog=1024
+    )
+    bound = server.sockets[0].getsockname()[1] if server.sockets else port
+    return Listener(server, runner), bound
 
 
 class ServerThread:
@@ -82,7 +125,7 @@ class ServerThread:
         self.loop = asyncio.new_event_loop()
         self._ready: Future = Future()
         self._thread = threading.Thread(target=self._main, args=(host, port), daemon=True, name="disagg-sim-serve")
-        self._runner: web.AppRunner | None = None
+        self._runner: Listener | None = None
         self._thread.start()
         self.port: int = self._ready.result(timeout=30)
         self.base_url = f"http://{host}:{self.port}"
@@ -107,7 +150,7 @@ class ServerThread:
 
     def query(self, name: str, *args: Any) -> Any:
         """`ServeDriver.query` on the server's loop (as `RayServer.query` asks the proxy actor)."""
-        return asyncio.run_coroutine_threadsafe(self.serve_app.driver.query(name, *args), self.loop).result(timeout=30)
+        return asyncio.run_coroutine_threadsafe(self.serve_app.query(name, *args), self.loop).result(timeout=30)
 
     def close(self) -> None:
         if self._runner is not None:

@@ -22,6 +22,12 @@ from engine.records import RequestRecord, WorkloadRequest
 from .protocol import ApiError, ServeRequest
 from .tokenizer import segments_for
 
+# A long-lived server's memory stays flat: every TRIM_EVERY requests done,
+# each node keeps its last KEEP_STEPS step records (nothing in serve reads
+# older ones) and forgets what finished requests left (NodeCore.trim_history).
+TRIM_EVERY = 256
+KEEP_STEPS = 256
+
 
 @dataclass
 class Stream:
@@ -31,6 +37,7 @@ class Stream:
     record: RequestRecord
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     seen: int = 0  # tokens already announced
+    client_gone: bool = False  # a write found the connection closed
 
 
 class ServeDriver:
@@ -40,7 +47,7 @@ class ServeDriver:
 
     runtime = ""
 
-    def __init__(self, max_model_len: int, max_pending: int = 512, keep_records: int = 10_000) -> None:
+    def __init__(self, max_model_len: int, max_pending: int = 512, keep_records: int = 1_000) -> None:
         if max_pending < 1:
             raise ValueError(f"max_pending={max_pending!r} is invalid; allowed: >= 1")
         self.max_model_len = max_model_len

@@ -171,6 +171,18 @@ class InProcCluster:
         self.proxy.failures.pop(request_id, None)
         self.proxy.rerouted.pop(request_id, None)
 
+    def trim_history(self, keep_steps: int) -> None:
+        """A long-running server (`disagg-sim serve`): every live node keeps
+        its last `keep_steps` step records and forgets finished requests
+        (`NodeCore.trim_history`); KV transports forget their done reports."""
+        in_flight = set(self.proxy.requests)
+        for node in self.nodes.values():
+            if node.alive:
+                node.core.trim_history(keep_steps)
+            kv = getattr(node, "kv", None)
+            if isinstance(kv, InProcKVTransport):
+                kv.forget_reports(in_flight)
+
     # -- nodes ------------------------------------------------------------------------------
     def _build_node(self, role: str, node_spec: NodeSpec, group: NodeGroup) -> NodeRole:
         """A node with its in-process ports: a fresh process, also when a chaos

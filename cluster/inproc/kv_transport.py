@@ -101,6 +101,12 @@ class InProcKVTransport:
         # acknowledged, as the gRPC server's handler does.
         self._reported: set[tuple[str, str]] = set()
 
+    def forget_reports(self, keep: set[str]) -> None:
+        """A long-running server: forget passed-on reports of requests not in
+        `keep`. A late repeat of one is refused by its producer, which has
+        forgotten the request too."""
+        self._reported = {key for key in self._reported if key[1] in keep}
+
     def _link(self, address: str) -> Link:
         return self.link_to(self.consumer, address)
 

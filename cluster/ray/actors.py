@@ -101,6 +101,11 @@ class _NodeShell:
             "counters": node.counters(),
         }
 
+    async def trim_history(self, keep_steps: int) -> None:
+        """While serving: old step records and what finished requests left go
+        (`NodeCore.trim_history`), so a long-lived node's memory is flat."""
+        self.host.node.core.trim_history(keep_steps)
+
     async def wait_stopped(self) -> None:
         """Never returns while the node lives: the proxy's liveness watch."""
         await self._stopped.wait()

@@ -68,6 +68,8 @@ class ProxyServer:
         self.conns: dict[str, FrameConnection] = {}
         self._unsent: dict[str, list[list[ProxyMessage]]] = {}
         self.connections_refused = 0
+        # Killed nodes whose fresh process may say hello again (a restart fault).
+        self.restarting: set[str] = set()
         self._server: asyncio.Server | None = None
         self.closing = False
         self.messages_in = 0
@@ -86,6 +88,15 @@ class ProxyServer:
         if not self.closing:
             self.proxy.node_died(name)
 
+    def expect_restart(self, name: str) -> bool:
+        """A killed node's fresh process will connect under its name: accepted
+        once, and routed to from then on (`Proxy.node_restarted`). False
+        while the old one is not known dead yet (its connection still open)."""
+        if name in self.names and name in self.proxy.dead and name not in self.conns:
+            self.restarting.add(name)
+            return True
+        return False
+
     async def _on_connection(self, conn: FrameConnection) -> None:
         try:
             who = await challenge(conn, self.secret) if self.secret is not None else None
@@ -100,10 +111,16 @@ class ProxyServer:
         if who is not None and who != name:
             self._refuse(f"authenticated as {who!r} but said hello as another node")
             return
-        if name in self.conns or name in self.proxy.dead:
+        if name in self.conns or (name in self.proxy.dead and name not in self.restarting):
             self._refuse(f"{name} is already connected (or gone)")
             return
         self.conns[name] = conn
+        if name in self.restarting:
+            # A fresh process: what was queued for the dead one is not its own.
+            self.restarting.discard(name)
+            self._unsent.pop(name, None)
+            self.proxy.node_restarted(name)
+            logger.warning("proxy: %s is back (restarted)", name)
         for messages in self._unsent.pop(name, []):
             self._send(name, messages)
         try:
@@ -115,7 +132,9 @@ class ProxyServer:
                     logger.warning("proxy: unexpected frame from %s: %.80r", name, frame)
         except FrameError as err:
             logger.warning("proxy: %s broke the framing: %s", name, err)
-        self.node_gone(name)  # the connection closed: the node's process is gone (or stopping)
+        if self.conns.get(name) is conn:
+            del self.conns[name]  # (a restarted node connects again under its name)
+            self.node_gone(name)  # the connection closed: the node's process is gone (or stopping)
 
     def _refuse(self, why: str) -> None:
         self.connections_refused += 1
@@ -174,6 +193,7 @@ class ProxyActor:
         self._published = asyncio.Event()
         self._closed = False
         self._watches: list[asyncio.Future[None]] = []
+        self._current: dict[str, ActorRef] = {}  # each node's live actor (a restart replaces it)
         # Serving: client events go here instead of the driver's stream.
         self.on_events: Callable[[list[ClientEvent]], None] | None = None
         self.front: FrontDoor | None = None
@@ -206,14 +226,25 @@ class ProxyActor:
         return address
 
     async def _watch(self, name: str, handle: ActorRef) -> None:
+        self._current[name] = handle
         try:
             await handle.wait_stopped.remote()
         except asyncio.CancelledError:
             raise
         except Exception:  # ActorDiedError and kin: the node is gone
             pass
-        if not self._closed:
+        if not self._closed and self._current.get(name) is handle:
             self._server().node_gone(name)
+
+    async def node_restarting(self, name: str, handle: ActorRef) -> bool:
+        """A killed node's fresh actor (`run_ray`'s restart fault): its hello will
+        be accepted, and its death watched as the first one's was. False
+        while the proxy has not yet seen the old one go (ask again)."""
+        if not self._server().expect_restart(name):
+            return False
+        self._current[name] = handle  # the old actor's watch no longer speaks for the node
+        self._watches.append(asyncio.ensure_future(self._watch(name, handle)))
+        return True
 
     def _publish(self, events: list[ClientEvent]) -> None:
         if events and self.on_events is not None:

@@ -26,8 +26,11 @@ lines; the driver fetches both while the run goes on, logs the lines and
 hands each exposition to `on_exposition` (bench serves them).
 
 Faults: `[{"kill": "prefill-0", "at": 2.0}]` kills that node's actor at run
-time 2.0 s (its process and gRPC server die with it). Link outages come from
-`spec.links.*.outages` (run seconds).
+time 2.0 s (its process and gRPC server die with it); `{"restart":
+"prefill-0", "at": 3.0}` brings it back as a fresh actor (empty pool and
+cache, new ports), let in by the proxy once it has seen the old one go, and
+routed to again; its counters in the results are the fresh process's, with
+`restarts`. Link outages come from `spec.links.*.outages` (run seconds).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from cluster.wall.auth import derive_key, new_run_secret
 from cluster.wall.clock import RunClock
 from cluster.wall.node_host import WallNodeSettings
 from cluster.wall.tls import kv_tls_for_run
+from engine.node_core import NodeSpec
 from engine.records import WorkloadRequest
 from engine.sampler import DeterministicSampler
 from node.role import NodeReport
@@ -53,6 +57,7 @@ from .actors import DecodeNodeActor, PrefillNodeActor
 from .auth import require_ray_auth
 from .cluster import RayClusterHandle
 from .driver import LoadDriver, Progress
+from .faults import FaultSpec, split_faults
 from .handles import ActorInfo, ActorRef, spawn
 from .observe import DriverObservation, ExpositionSink, ObserverFactory
 from .placement import describe_placement, node_actor_options, pinned_options
@@ -62,25 +67,6 @@ logger = logging.getLogger(__name__)
 
 CALL_TIMEOUT_S = 60.0  # actor start-up and control calls (not the run itself)
 START_LEAD_S = 0.25  # t = 0 lies this far after the actors are told, so all start together
-
-
-# A kill the caller scheduled: {"kill": <node name>, "at": <run seconds>}, as a scenario spells it.
-FaultSpec = dict[str, object]
-
-
-def parse_faults(faults: list[FaultSpec] | None, spec: ClusterSpec) -> list[tuple[str, float]]:
-    names = [ns.name for _, ns, _ in spec.node_specs()]
-    out = []
-    for i, fault in enumerate(faults or []):
-        if not isinstance(fault, dict) or set(fault) != {"kill", "at"}:
-            raise ValueError(f"faults[{i}]={fault!r} is invalid; allowed: {{'kill': <node name>, 'at': <run seconds>}}")
-        name, at = fault["kill"], fault["at"]
-        if name not in names:
-            raise ValueError(f"faults[{i}]: node {name!r} is unknown; allowed: {', '.join(names)}")
-        if isinstance(at, bool) or not isinstance(at, (int, float)) or at < 0:
-            raise ValueError(f"faults[{i}]: at={at!r} is invalid; allowed: run seconds >= 0")
-        out.append((name, float(at)))
-    return out
 
 
 def run_ray(
@@ -116,7 +102,7 @@ def run_ray(
     `on_exposition(node, text)` gets every node's /metrics text while the run
     goes on, and its final one after the node reported.
     """
-    kills = parse_faults(faults, spec)
+    kills, restarts = split_faults(faults, spec)
     ids = [w.request_id for w in workload]
     if len(set(ids)) != len(ids):
         dup = next(r for r in ids if ids.count(r) > 1)
@@ -150,6 +136,7 @@ def run_ray(
                 workload,
                 max_concurrency,
                 kills,
+                restarts,
                 progress,
                 stall_timeout_s if stall_timeout_s is not None else max(60.0, 3 * spec.kv_pull_deadline_s),
                 timeout_s,
@@ -185,7 +172,13 @@ class _RayRun:
         self.roles: dict[str, str] = {}
         self.info: dict[str, ActorInfo] = {}
         self.proxy: ActorRef | None = None
-        self.killed: dict[str, float] = {}
+        self.killed: dict[str, float] = {}  # nodes dead now -> when
+        self.kill_times: dict[str, list[float]] = {}
+        self.restart_times: dict[str, list[float]] = {}
+        self.replaced: list[ActorRef] = []  # killed actors a restart replaced
+        self._plans: dict[str, tuple[int, str, NodeSpec]] = {}
+        self.start_wall = 0.0
+        self.proxy_address: tuple[str, int] = ("", 0)
         # One secret per run, handed to every actor in its constructor
         # arguments (Ray's own channels; never logged): docs/security.md.
         self.secret = new_run_secret()
@@ -206,33 +199,24 @@ class _RayRun:
             kv_tls=self.kv_tls,
         )
 
+    def _spawn_node(self, index: int, role: str, node_spec: NodeSpec, suffix: str = "") -> ActorRef:
+        actor_name = f"{self.name}-{node_spec.name}{suffix}"
+        placed = node_actor_options(
+            role, self.handle.cluster_resources(), self.spec.placement, self.handle.driver_node_id
+        )
+        options = {"name": actor_name, **placed}
+        settings = self._settings(index, node_spec.name)
+        if role == "prefill":
+            actor = spawn(PrefillNodeActor, options, node_spec, settings, self.observer_factory, index)
+        else:
+            actor = spawn(DecodeNodeActor, options, node_spec, settings, actor_name, self.observer_factory, index)
+        self.handle.track(actor)
+        return actor
+
     def launch(self) -> None:
-        resources = self.handle.cluster_resources()
         for index, (role, node_spec, _) in enumerate(self.spec.node_specs(self.seed)):
-            actor_name = f"{self.name}-{node_spec.name}"
-            placed = node_actor_options(role, resources, self.spec.placement, self.handle.driver_node_id)
-            options = {"name": actor_name, **placed}
-            if role == "prefill":
-                actor = spawn(
-                    PrefillNodeActor,
-                    options,
-                    node_spec,
-                    self._settings(index, node_spec.name),
-                    self.observer_factory,
-                    index,
-                )
-            else:
-                actor = spawn(
-                    DecodeNodeActor,
-                    options,
-                    node_spec,
-                    self._settings(index, node_spec.name),
-                    actor_name,
-                    self.observer_factory,
-                    index,
-                )
-            self.handle.track(actor)
-            self.nodes[node_spec.name] = actor
+            self._plans[node_spec.name] = (index, role, node_spec)
+            self.nodes[node_spec.name] = self._spawn_node(index, role, node_spec)
             self.roles[node_spec.name] = role
         proxy = self.proxy = spawn(
             ProxyActor, {"name": f"{self.name}-proxy", **pinned_options(self.handle.driver_node_id)}
@@ -254,6 +238,7 @@ class _RayRun:
         workload: list[WorkloadRequest],
         max_concurrency: int | None,
         kills: list[tuple[str, float]],
+        restarts: list[tuple[str, float]],
         progress: Progress | None,
         stall_timeout_s: float,
         timeout_s: float | None,
@@ -290,13 +275,19 @@ class _RayRun:
         tasks = [asyncio.ensure_future(driver.release_all())]
         if obs is not None:
             tasks.append(asyncio.ensure_future(obs.poll()))
+        self.start_wall, self.proxy_address = start_wall, proxy_address
         tasks += [asyncio.ensure_future(self._kill_at(clock, name, at)) for name, at in kills]
+        restarting = [(at, asyncio.ensure_future(self._restart_at(clock, name, at))) for name, at in restarts]
         completed = await driver.wait_done(stall_timeout_s, timeout_s)
         # The run lasted until its last request finished (the driver hears of
         # it a little later: client events come in batches).
         ends = [r.finish_time for r in driver.records.values() if r.finish_time is not None]
         duration = max(ends) if completed and ends else clock.now()
-        for task in tasks:
+        # A restart already due finishes (its node then drains and reports); later ones are not made.
+        due = [task for at, task in restarting if at <= clock.now()]
+        if due:
+            await asyncio.wait(due, timeout=CALL_TIMEOUT_S)
+        for task in tasks + [task for _, task in restarting]:
             task.cancel()
         proxy_stats: ProxyStats = await asyncio.wait_for(proxy.close_stream.remote(), CALL_TIMEOUT_S)
         try:
@@ -330,9 +321,35 @@ class _RayRun:
         await clock.sleep_until(at)
         logger.warning("fault: killing %s at t=%.3f s", name, clock.now())
         self.killed[name] = clock.now()
+        self.kill_times.setdefault(name, []).append(clock.now())
         if self.observation is not None:
             self.observation.forget(name)
         ray.kill(self.nodes[name], no_restart=True)
+
+    async def _restart_at(self, clock: RunClock, name: str, at: float) -> None:
+        """A killed node comes back as a fresh process (empty pool and cache,
+        new ports): started, let in by the proxy, begun on the run's clock."""
+        await clock.sleep_until(at)
+        while name not in self.killed:  # its kill is due first (split_faults), maybe not done yet
+            await asyncio.sleep(0.01)
+        logger.warning("fault: restarting %s at t=%.3f s", name, clock.now())
+        index, role, node_spec = self._plans[name]
+        n = len(self.restart_times.get(name, [])) + 1
+        actor = self._spawn_node(index, role, node_spec, suffix=f"-r{n}")
+        self.replaced.append(self.nodes[name])
+        self.nodes[name] = actor
+        info: ActorInfo = await asyncio.wait_for(actor.start.remote(), CALL_TIMEOUT_S)
+        self.info[name] = info
+        # The proxy lets the fresh process in once it has seen the old one go
+        # (its connection closed, its requests failed or re-routed).
+        deadline = time.monotonic() + CALL_TIMEOUT_S
+        while not await asyncio.wait_for(self.proxy_actor().node_restarting.remote(name, actor), CALL_TIMEOUT_S):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"restart of {name}: the proxy never saw the killed process go")
+            await asyncio.sleep(0.05)
+        await asyncio.wait_for(actor.begin.remote(self.start_wall, self.proxy_address), CALL_TIMEOUT_S)
+        del self.killed[name]
+        self.restart_times.setdefault(name, []).append(clock.now())
 
     def _result(
         self,
@@ -384,7 +401,9 @@ class _RayRun:
                 continue
             if quiet.get(name) is not True:
                 errors.append(f"{name}: did not drain within the quiesce timeout")
-            node_counters[name] = report.counters
+            node_counters[name] = dict(report.counters)
+            if name in self.restart_times:  # the fresh process's counters, since its restart
+                node_counters[name]["restarts"] = len(self.restart_times[name])
             steps.extend(report.steps)
             violations.extend(report.violations)
             errors.extend(report.invariant_errors)
@@ -403,7 +422,8 @@ class _RayRun:
             "kv_tls": self.kv_tls_note,
             "kv_addresses": {n: i.get("address") for n, i in self.info.items() if self.roles.get(n) == "prefill"},
             "kv_pulls": pulls,
-            "killed": dict(self.killed),
+            "killed": {name: times[0] for name, times in self.kill_times.items()},
+            "restarted": {name: times[0] for name, times in self.restart_times.items()},
             "completed": completed,
             "cpu_s": cpu,
             **proxy_stats,
@@ -447,7 +467,7 @@ class _RayRun:
             ray.get([a.stop.remote() for a in actors], timeout=10.0)
         except Exception as err:  # a dead or stuck actor: it is killed below
             logger.warning("run %s: graceful stop incomplete: %s", self.name, type(err).__name__)
-        for actor in list(self.nodes.values()) + ([self.proxy] if self.proxy is not None else []):
+        for actor in list(self.nodes.values()) + self.replaced + ([self.proxy] if self.proxy is not None else []):
             try:
                 ray.kill(actor, no_restart=True)
             except Exception:

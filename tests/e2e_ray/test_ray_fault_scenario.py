@@ -1,5 +1,5 @@
 """Faults on Ray through `disagg-sim run`, end to end (issue 34, finding 3):
-a scenario with a killed decode node, KV loss and a KV outage runs on the
+a scenario with a killed and restarted decode node, KV loss and a KV outage runs on the
 session's loopback cluster (attached with its token, `--address`), writes
 its results and ends with exit 0: every request terminal, the killed node's
 counters in the same schema as in-process (ints), when it died in `extra`."""
@@ -35,14 +35,15 @@ SCENARIO = {
         "kv_hold_timeout_s": 1.5,
     },
     "workload": {"num_requests": 24, "prompt_len": 64, "output_len": 32, "arrival": {"kind": "constant", "rate": 20}},
-    "faults": [{"kill": "decode-1", "at": KILL_AT}],
+    # (the restart is due before the last request: the run waits for it to be done)
+    "faults": [{"kill": "decode-1", "at": KILL_AT}, {"restart": "decode-1", "at": KILL_AT + 0.4}],
     "repeats": 1,
     "seed": 5,
     "thresholds": ["completed[default] + failed[default] == 24"],
 }
 
 
-def test_a_ray_scenario_with_kill_loss_and_outage_writes_its_results(ray_cluster, tmp_path):
+def test_a_ray_scenario_with_kill_restart_loss_and_outage_writes_its_results(ray_cluster, tmp_path):
     scenario = tmp_path / "ray-faults.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
     out = tmp_path / "out"
@@ -60,5 +61,8 @@ def test_a_ray_scenario_with_kill_loss_and_outage_writes_its_results(ray_cluster
     assert result["completed"] + result["failed"] == 24
     assert set(result["extra"]["killed"]) == {"decode-1"}
     assert result["extra"]["killed"]["decode-1"] >= KILL_AT
+    # back as a fresh process (its counters since then, with `restarts`)
+    assert result["extra"]["restarted"]["decode-1"] > result["extra"]["killed"]["decode-1"]
+    assert result["restarts"] == 1
     counters = [v for k, v in result.items() if k.startswith("num_") or k.startswith("kv_pulls")]
     assert counters and all(isinstance(v, int) for v in counters)

@@ -118,3 +118,37 @@ def test_a_killed_decode_node_s_requests_are_rerouted_to_the_live_one(ray_cluste
     assert result.node_counters["decode-0"]["killed"] == 1
     # the prefill node released what decode-0 had not pulled when the proxy told it, not by a timeout
     assert result.node_counters["prefill-0"]["kv_hold_timeouts"] == 0
+
+
+def test_a_killed_decode_node_restarts_and_serves_again(ray_cluster):
+    """Issue 34: faults on Ray end to end, restart too. decode-0 dies at 0.3 s
+    (its requests re-routed to decode-1) and is restarted at 0.8 s as a fresh
+    process (back once its actor and stages are up: seconds on a loaded
+    machine); requests arriving after that are routed to it again."""
+    spec = make_spec(
+        decode={"count": 2, "engine": {"num_gpu_blocks": 1000, "async_scheduling": True}},
+        links={"kv": {"delay_ms": 1.0}},
+        time_scale=0.2,
+    )
+    early = workload(16, 64, 120, gap_s=0.01, prefix="a")
+    late = workload(40, 64, 24, gap_s=0.3, start_s=2.0, prefix="b")  # until 13.7 s
+    result = run_ray(
+        spec,
+        early + late,
+        seed=0,
+        handle=ray_cluster,
+        timeout_s=90,
+        faults=[{"kill": "decode-0", "at": 0.3}, {"restart": "decode-0", "at": 0.8}],
+        kv_hold_timeout_s=5.0,  # a done report lost under load holds its prompt until then, not 120 s
+    )
+    assert result.invariant_errors == []  # every token once and in order; both decode nodes drained and free
+    assert {r.finish_reason for r in result.requests} == {"length"}
+    assert result.extra["rerouted"], "no request was re-routed"
+    decode0 = result.node_counters["decode-0"]
+    assert decode0["restarts"] == 1 and "killed" not in decode0
+    assert (
+        0.3 <= result.extra["killed"]["decode-0"] < 0.8 < result.extra["restarted"]["decode-0"] < late[-1].arrival_time
+    )
+    # the fresh process served some of the late requests (its own counters, since the restart)
+    assert decode0["kv_pulls_completed"] > 0
+    assert decode0["kv_pulls_completed"] + result.node_counters["decode-1"]["kv_pulls_completed"] >= len(late)

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from cluster.ray.cluster import RayClusterHandle
-from cluster.ray.runtime import parse_faults
+from cluster.ray.faults import parse_faults, split_faults
 from cluster.spec import ClusterSpec
 from cluster.wall.clock import RunClock
 from cluster.wall.delay_line import DelayedMailbox
@@ -189,8 +189,18 @@ def test_faults_name_a_node_and_a_time():
         parse_faults([{"kill": "prefill-9", "at": 1}], spec)
     with pytest.raises(ValueError, match="run seconds >= 0"):
         parse_faults([{"kill": "decode-0", "at": -1}], spec)
-    with pytest.raises(ValueError, match="allowed: {'kill'"):
+    with pytest.raises(ValueError, match="allowed: {'kill' or 'restart'"):
         parse_faults([{"node": "decode-0", "at_s": 1}], spec)
+
+
+def test_a_restart_follows_a_kill_of_the_same_node():
+    spec = make_spec()
+    kill, restart = {"kill": "decode-0", "at": 1}, {"restart": "decode-0", "at": 2.5}
+    assert split_faults([kill, restart], spec) == ([("decode-0", 1.0)], [("decode-0", 2.5)])
+    with pytest.raises(ValueError, match="restart of decode-0 at 2.5 s follows no kill of it"):
+        split_faults([restart], spec)
+    with pytest.raises(ValueError, match="follows no kill"):
+        split_faults([{"kill": "decode-0", "at": 3}, restart], spec)
 
 
 def test_settings_and_handle_reject_bad_values_with_the_allowed_range():
