@@ -24,6 +24,7 @@ from dataclasses import replace
 from cluster.ray.env import ray
 from cluster.wall.node_host import WallNodeHost, WallNodeSettings
 from cluster.wall.stage_worker import StageStreamExecutor, StageWorker
+from connector.grpc.security import KVSecurity
 from connector.link import LinkSpec
 from engine.node_core import NodeSpec
 from engine.records import RequestRecord, StepRecord
@@ -146,6 +147,7 @@ class StageWorkerActor:
         link_to_next: LinkSpec,
         link_seed: int,
         secret: bytes | None = None,
+        tls: KVSecurity | None = None,
     ) -> None:
         self.worker = StageWorker(
             index,
@@ -156,6 +158,7 @@ class StageWorkerActor:
             link_seed,
             host=ray.util.get_node_ip_address(),
             secret=secret,
+            tls=tls,
         )
 
     async def ready(self) -> ActorInfo:
@@ -194,7 +197,9 @@ class DecodeNodeActor(_NodeShell):
         self.stage_name_prefix = stage_name_prefix
         self.stages: list[ActorRef] = []
         self.stage_addresses: list[tuple[str, int]] = []
-        self.runner = StageStreamExecutor(pp_size=spec.pipeline_parallel_size, secret=settings.secret)
+        self.runner = StageStreamExecutor(
+            pp_size=spec.pipeline_parallel_size, secret=settings.secret, tls=settings.kv_tls
+        )
         self.host = WallNodeHost("decode", spec, settings, runner=self.runner, on_step=self._on_step)
 
     async def start(self) -> ActorInfo:
@@ -217,6 +222,7 @@ class DecodeNodeActor(_NodeShell):
                     s.stage_link,
                     s.link_seed * 100 + index,
                     s.secret,
+                    s.kv_tls,
                 )
             )
         self.stage_addresses = [tuple(a) for a in await asyncio.gather(*(st.serve.remote() for st in self.stages))]

@@ -57,7 +57,9 @@ class WallNodeSettings:
     # keys this node's KV tickets. None: no authentication (tests that build
     # nodes by hand); tickets are then keyed at random.
     secret: bytes | None = field(default=None, repr=False)
-    # TLS of the KV handoff (certificates; the token comes from `secret`).
+    # TLS of the KV handoff (certificates; the token comes from `secret`),
+    # and of the framed-TCP links (proxy channel, stage links) with the same
+    # certificates.
     kv_tls: KVSecurity | None = None
 
     def kv_security(self) -> KVSecurity:
@@ -90,7 +92,9 @@ class WallNodeHost:
         ticket_key = derive_key(secret, f"tickets/{spec.name}") if secret is not None else secrets.token_bytes(32)
         node_settings = replace(settings.node, ticket_key=ticket_key)
         on_release = self._on_release if role == "prefill" else None
-        self.channel = ProxyChannel(spec.name, self._on_requests, on_release, settings.secret, self._on_abort)
+        self.channel = ProxyChannel(
+            spec.name, self._on_requests, on_release, settings.secret, self._on_abort, tls=settings.kv_tls
+        )
         ports = NodePorts(self.clock, self.executor, self.channel.emit)
         security = settings.kv_security()
         self.server: KVHandoffServer | None = None
