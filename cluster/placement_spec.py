@@ -17,9 +17,10 @@ in-process runs have one process and ignore both).
   group takes these custom resources, so it goes only to a Ray node that
   advertises them (`ray start --resources='{"host_a": 4}'`): how a group is
   pinned to machines by name or kind.
-- `tls`: `auto` turns TLS on for the KV handoff when the run is attached to
-  a cluster (`--address`), off on the local default (everything on
-  127.0.0.1); certificates are generated per run (cluster/wall/tls.py).
+- `tls`: `auto` turns TLS on for the KV handoff and the framed-TCP links
+  (proxy channel, stage links) when the run is attached to a cluster
+  (`--address`), off on the local default (everything on 127.0.0.1);
+  certificates are generated per run (cluster/wall/tls.py).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import time
 from cluster.ray.env import ray
 from cluster.wall.node_host import WallNodeHost, WallNodeSettings
 from cluster.wall.stage_worker import StageStreamExecutor, StageWorker
+from connector.grpc.security import KVSecurity
 from connector.link import LinkSpec
 from engine.node_core import NodeSpec
 from engine.records import RequestRecord, StepRecord
@@ -151,6 +152,7 @@ class StageWorkerActor:
         link_to_next: LinkSpec,
         link_seed: int,
         secret: bytes | None = None,
+        tls: KVSecurity | None = None,
     ) -> None:
         self.worker = StageWorker(
             index,
@@ -161,6 +163,7 @@ class StageWorkerActor:
             link_seed,
             host=ray.util.get_node_ip_address(),
             secret=secret,
+            tls=tls,
         )
 
     async def ready(self) -> ActorInfo:
@@ -199,7 +202,9 @@ class DecodeNodeActor(_NodeShell):
         self.stage_name_prefix = stage_name_prefix
         self.stages: list[ActorRef] = []
         self.stage_addresses: list[tuple[str, int]] = []
-        self.runner = StageStreamExecutor(pp_size=spec.pipeline_parallel_size, secret=settings.secret)
+        self.runner = StageStreamExecutor(
+            pp_size=spec.pipeline_parallel_size, secret=settings.secret, tls=settings.kv_tls
+        )
         self.host = WallNodeHost("decode", spec, settings, runner=self.runner, on_step=self._on_step)
 
     async def start(self) -> ActorInfo:
@@ -222,6 +227,7 @@ class DecodeNodeActor(_NodeShell):
                     s.stage_link,
                     s.link_seed * 100 + index,
                     s.secret,
+                    s.kv_tls,
                 )
             )
         self.stage_addresses = [tuple(a) for a in await asyncio.gather(*(st.serve.remote() for st in self.stages))]

@@ -30,6 +30,7 @@ from cluster.wall.auth import AuthError, challenge
 from cluster.wall.clock import RunClock
 from cluster.wall.frames import FrameConnection, FrameError, serve
 from cluster.wall.proxy_links import wall_proxy
+from connector.grpc.security import KVSecurity
 from node.messages import ProxyMessage, RequestMessage
 from proxy.client import ClientEvent, Submission
 
@@ -53,8 +54,10 @@ class ProxyServer:
         decode: list[str],
         publish: Callable[[list[ClientEvent]], None],
         secret: bytes | None = None,
+        tls: KVSecurity | None = None,
     ) -> None:
         self.names = set(prefill) | set(decode)
+        self.tls = tls  # the run's TLS (cluster/wall/tls.py), or plain TCP
         self.clock = clock
         self.proxy, self.links = wall_proxy(
             spec.proxy_settings(prefill, decode, time_scale=spec.time_scale),
@@ -75,7 +78,7 @@ class ProxyServer:
         self.messages_in = 0
 
     async def start(self, host: str) -> tuple[str, int]:
-        self._server, port = await serve(host, self._on_connection)
+        self._server, port = await serve(host, self._on_connection, tls=self.tls)
         return host, port
 
     def submit(self, items: list[Submission]) -> None:
@@ -214,11 +217,12 @@ class ProxyActor:
         prefill: dict[str, ActorRef],
         decode: dict[str, ActorRef],
         secret: bytes | None = None,
+        tls: KVSecurity | None = None,
     ) -> tuple[str, int]:
         """Start routing; returns the address the nodes connect to."""
         spec = ClusterSpec.model_validate_json(spec_json)
         self.server = ProxyServer(
-            spec, seed, RunClock.from_wall_start(start_wall), list(prefill), list(decode), self._publish, secret
+            spec, seed, RunClock.from_wall_start(start_wall), list(prefill), list(decode), self._publish, secret, tls
         )
         address = await self.server.start(ray.util.get_node_ip_address())
         for name, handle in {**prefill, **decode}.items():

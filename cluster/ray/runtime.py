@@ -250,7 +250,13 @@ class _RayRun:
         proxy = self.proxy_actor()
         proxy_address = await asyncio.wait_for(
             proxy.begin.remote(
-                self.spec.model_dump_json(), self.seed, start_wall, by_role["prefill"], by_role["decode"], self.secret
+                self.spec.model_dump_json(),
+                self.seed,
+                start_wall,
+                by_role["prefill"],
+                by_role["decode"],
+                self.secret,
+                self.kv_tls,
             ),
             CALL_TIMEOUT_S,
         )

@@ -68,7 +68,13 @@ class RayServing:
             proxy = run.proxy_actor()
             proxy_address = ray.get(
                 proxy.begin.remote(
-                    run.spec.model_dump_json(), run.seed, start_wall, roles["prefill"], roles["decode"], run.secret
+                    run.spec.model_dump_json(),
+                    run.seed,
+                    start_wall,
+                    roles["prefill"],
+                    roles["decode"],
+                    run.secret,
+                    run.kv_tls,  # the nodes' links use the run's TLS when it is on
                 ),
                 timeout=CALL_TIMEOUT_S,
             )

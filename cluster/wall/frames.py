@@ -22,6 +22,10 @@ from typing import Any
 
 import msgpack
 
+from connector.grpc.security import KVSecurity
+
+from .tls import client_ssl_context, server_ssl_context
+
 MAX_FRAME_BYTES = 64 << 20
 _HEADER = struct.Struct("!I")
 
@@ -45,8 +49,16 @@ class FrameConnection:
         self.frames_received = 0
 
     @classmethod
-    async def open(cls, host: str, port: int, timeout_s: float = 10.0) -> FrameConnection:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    async def open(
+        cls, host: str, port: int, timeout_s: float = 10.0, tls: KVSecurity | None = None
+    ) -> FrameConnection:
+        """`tls`: the run's certificates (cluster/wall/tls.py): the server must
+        present one its CA signed, for its name; None: plain TCP."""
+        if tls is None:
+            opened = asyncio.open_connection(host, port)
+        else:
+            opened = asyncio.open_connection(host, port, ssl=client_ssl_context(tls), server_hostname=tls.server_name)
+        reader, writer = await asyncio.wait_for(opened, timeout_s)
         return cls(reader, writer)
 
     @property
@@ -87,9 +99,12 @@ class FrameConnection:
             pass
 
 
-async def serve(host: str, on_connection: Callable[[FrameConnection], Awaitable[None]]) -> tuple[asyncio.Server, int]:
+async def serve(
+    host: str, on_connection: Callable[[FrameConnection], Awaitable[None]], tls: KVSecurity | None = None
+) -> tuple[asyncio.Server, int]:
     """Listen on `host` (an OS-chosen port); each connection is handed to
-    `on_connection`, which owns it until it returns."""
+    `on_connection`, which owns it until it returns. `tls`: the run's
+    certificate is presented (TLS); None: plain TCP."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = FrameConnection(reader, writer)
@@ -99,5 +114,5 @@ async def serve(host: str, on_connection: Callable[[FrameConnection], Awaitable[
             if not writer.is_closing():
                 writer.close()  # not awaited: this may run while the loop shuts down
 
-    server = await asyncio.start_server(handle, host, 0)
+    server = await asyncio.start_server(handle, host, 0, ssl=server_ssl_context(tls) if tls is not None else None)
     return server, server.sockets[0].getsockname()[1]

@@ -54,7 +54,9 @@ class WallNodeSettings:
     # no authentication (tests that build nodes by hand). The KV tickets'
     # key is `node.ticket_key` (the Ray driver derives it from this secret).
     secret: bytes | None = field(default=None, repr=False)
-    # TLS of the KV handoff (certificates; the token comes from `secret`).
+    # TLS of the KV handoff (certificates; the token comes from `secret`),
+    # and of the framed-TCP links (proxy channel, stage links) with the same
+    # certificates.
     kv_tls: KVSecurity | None = None
 
     def kv_security(self) -> KVSecurity:
@@ -89,7 +91,9 @@ class WallNodeHost:
         # Its KV tickets' key comes with its settings (the driver derives it from the run's secret).
         node_settings = settings.node
         on_release = self._on_release if role == "prefill" else None
-        self.channel = ProxyChannel(spec.name, self._on_requests, on_release, settings.secret, self._on_abort)
+        self.channel = ProxyChannel(
+            spec.name, self._on_requests, on_release, settings.secret, self._on_abort, tls=settings.kv_tls
+        )
         ports = NodePorts(self.clock, self.executor, self.channel.emit)
         security = settings.kv_security()
         self.server: KVHandoffServer | None = None

@@ -16,6 +16,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
+from connector.grpc.security import KVSecurity
 from engine.outputs import SteadyTokens
 from node.messages import (
     AbortMessage,
@@ -41,8 +42,10 @@ class ProxyChannel:
         on_release: Callable[[list[str]], None] | None = None,
         secret: bytes | None = None,
         on_abort: Callable[[list[str]], None] | None = None,
+        tls: KVSecurity | None = None,
     ) -> None:
         self.node_name = node_name
+        self._tls = tls  # the run's TLS (cluster/wall/tls.py), or plain TCP
         self.on_requests = on_requests
         self.on_release = on_release
         self.on_abort = on_abort
@@ -55,7 +58,7 @@ class ProxyChannel:
         self.bad_frames = 0
 
     async def connect(self, host: str, port: int) -> None:
-        self.conn = await FrameConnection.open(host, port)
+        self.conn = await FrameConnection.open(host, port, tls=self._tls)
         if self._secret is not None:
             await answer(self.conn, self._secret, self.node_name)
         self.conn.send(["hello", self.node_name])

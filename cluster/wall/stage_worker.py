@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Coroutine
 from typing import Any, NamedTuple
 
+from connector.grpc.security import KVSecurity
 from connector.link import Link, LinkSpec
 from connector.stage_pipeline import STAGE_MESSAGE_BYTES
 from engine.model_runner import StepPlan
@@ -85,6 +86,7 @@ class StageWorker:
         link_seed: int = 0,
         host: str = "127.0.0.1",
         secret: bytes | None = None,
+        tls: KVSecurity | None = None,
     ) -> None:
         if not 0 <= index < pp_size:
             raise ValueError(f"stage index {index} is invalid for pp_size={pp_size}; allowed: 0..{pp_size - 1}")
@@ -93,6 +95,7 @@ class StageWorker:
         self.is_last = index == pp_size - 1
         self.host = host
         self._secret = secret
+        self._tls = tls  # the run's TLS (cluster/wall/tls.py), or plain TCP
         self.connections_refused = 0
         self.sampler = DeterministicSampler(sampler_seed, stop_probability) if self.is_last else None
         self.link = None
@@ -112,13 +115,13 @@ class StageWorker:
 
     # -- set-up ---------------------------------------------------------------
     async def serve(self) -> tuple[str, int]:
-        self._server, port = await serve(self.host, self._on_connection)
+        self._server, port = await serve(self.host, self._on_connection, tls=self._tls)
         return self.host, port
 
     async def connect_next(self, host: str, port: int) -> None:
         if self.is_last:
             raise ValueError(f"stage {self.index} is the last of {self.pp}: it has no next stage")
-        self._next = await FrameConnection.open(host, port)
+        self._next = await FrameConnection.open(host, port, tls=self._tls)
         if self._secret is not None:
             await answer(self._next, self._secret, f"stage{self.index}")
         self._next.send(["batches"])
@@ -228,9 +231,11 @@ class StageStreamExecutor:
         last: tuple[str, int] | None = None,
         pp_size: int = 1,
         secret: bytes | None = None,
+        tls: KVSecurity | None = None,
     ) -> None:
         """The stages' addresses may be given later (`set_addresses`), before `connect`."""
         self._secret = secret
+        self._tls = tls
         self.first_address = first
         self.last_address = last
         self.pp = pp_size
@@ -259,7 +264,7 @@ class StageStreamExecutor:
         self._reader = asyncio.ensure_future(self._read_results(self._from_last))
 
     async def _open(self, address: tuple[str, int]) -> FrameConnection:
-        conn = await FrameConnection.open(*address)
+        conn = await FrameConnection.open(*address, tls=self._tls)
         if self._secret is not None:
             await answer(conn, self._secret, "node")
         return conn

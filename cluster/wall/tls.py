@@ -1,4 +1,5 @@
-"""TLS for a run's KV handoff: a certificate authority and a server
+"""TLS for a run's KV handoff (and, with the same certificates, its
+framed-TCP links: the proxy channel and the stage links, `frames.py`): a certificate authority and a server
 certificate made for one run (or read from files the user gives), as the
 `KVSecurity` every node of the run shares (connector/grpc/security.py).
 
@@ -15,6 +16,9 @@ other.
 from __future__ import annotations
 
 import datetime
+import os
+import ssl
+import tempfile
 from pathlib import Path
 
 from connector.grpc.security import KVSecurity
@@ -124,3 +128,32 @@ def kv_tls_for_run(mode: str, attached: bool, environ: dict[str, str] | None = N
         cert, key, ca, name = (str(v) for v in given)
         return kv_tls_from_files(cert, key, ca, name), f"on (cluster.tls={mode}; certificates from {cert})"
     return run_kv_tls(), f"on (cluster.tls={mode}; certificates generated for this run)"
+
+
+def server_ssl_context(security: KVSecurity) -> ssl.SSLContext:
+    """The run's certificate for a framed-TCP server (the proxy channel,
+    the stage links): the same one the KV handoff presents."""
+    if security.cert_chain is None or security.private_key is None:
+        raise ValueError("server_ssl_context: the run's TLS has no certificate and key")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    # The ssl module loads a certificate and key from files only: written
+    # 0600 into a 0700 directory of this process, and removed at once.
+    with tempfile.TemporaryDirectory(prefix="dsr-tls-") as directory:
+        cert, key = Path(directory) / "cert.pem", Path(directory) / "key.pem"
+        for path, data in ((cert, security.cert_chain), (key, security.private_key)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+        context.load_cert_chain(cert, key)
+    return context
+
+
+def client_ssl_context(security: KVSecurity) -> ssl.SSLContext:
+    """Trusts the run's CA only, and checks the certificate's name (`server_hostname`)."""
+    if security.root_certificates is None:
+        raise ValueError("client_ssl_context: the run's TLS has no CA")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_verify_locations(cadata=security.root_certificates.decode())
+    return context

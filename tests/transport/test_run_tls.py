@@ -63,3 +63,41 @@ def test_given_certificate_files_are_used_all_four_or_none(tmp_path):
     (tmp_path / "ca").write_text("not a certificate")
     with pytest.raises(ValueError, match="root_certificates=.*not a PEM file"):
         kv_tls_for_run("on", False, environ=env)
+
+
+def test_framed_links_carry_frames_over_the_runs_tls_and_refuse_others():
+    """The proxy channel's and stage links' framing (cluster/wall/frames.py) with the run's certificates."""
+    import asyncio
+    import ssl
+
+    from cluster.wall.frames import FrameConnection, serve
+
+    tls, other = run_kv_tls(), run_kv_tls()
+    got = []
+
+    async def on_connection(conn):
+        got.append(await conn.recv())
+        conn.send(["ok"])
+        await conn.recv()  # until the client closes
+
+    async def body():
+        server, port = await serve("127.0.0.1", on_connection, tls=tls)
+        try:
+            conn = await FrameConnection.open("127.0.0.1", port, tls=tls)
+            conn.send(["hello", "decode-0"])
+            reply = await conn.recv()
+            await conn.close()
+            with pytest.raises(ssl.SSLCertVerificationError):
+                await FrameConnection.open("127.0.0.1", port, tls=other)  # another run's CA
+            plain = await FrameConnection.open("127.0.0.1", port)  # no TLS: no frame gets through
+            plain.send(["hello", "stranger"])
+            stranger = await asyncio.wait_for(plain.recv(), 5)
+            await plain.close()
+            return reply, stranger
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    reply, stranger = asyncio.run(body())
+    assert reply == ["ok"] and got[0] == ["hello", "decode-0"]
+    assert stranger is None and ["hello", "stranger"] not in got
