@@ -338,6 +338,7 @@ class BlockPool:
         if num_blocks == 0:
             return []
         out = self.free_block_queue.popleft_n(num_blocks)
+        cache = self.cached_block_hash_to_block
         for block in out:
             assert block.ref_cnt == 0, f"block {block.block_id} in the free queue has ref_cnt {block.ref_cnt}"
             block_hash = block.block_hash  # (None whenever caching is off)
@@ -349,6 +350,9 @@ class BlockPool:
                         chain.live -= 1
                         if chain.live == 0:
                             self.deferred.drop_chain(chain)
+                elif cache.get(block_hash) is block:  # (`_evict`'s usual case, inline: a hash held once)
+                    block.block_hash = None
+                    del cache[block_hash]
                 else:
                     self._evict(block)
             block.ref_cnt = 1

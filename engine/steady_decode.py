@@ -137,7 +137,7 @@ def block_plan(core: NodeCore, batch: SteadyBatch, m: int) -> tuple[list[list[Re
             break
         for r in gone:
             blocks = req_to_blocks[r.request_id]
-            held = sum(b.ref_cnt == 1 for b in blocks) if shared else len(blocks)
+            held = [b.ref_cnt for b in blocks].count(1) if shared else len(blocks)
             free += held + cohort.blocks_taken(r, base, step)
     return per_step, finishing, fits
 
