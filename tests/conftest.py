@@ -25,6 +25,15 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Everything under tests/e2e_ray/, and any test on the session's Ray
+    cluster, is a `ray` test: `make test` runs those in one process after the
+    others (Ray allows one cluster per process; the rest run two at a time)."""
+    for item in items:
+        if "e2e_ray" in item.path.parts or "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     from cluster.ray.cluster import RayClusterHandle
