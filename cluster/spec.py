@@ -265,6 +265,7 @@ class RooflineSettings(_Strict):
     attention_efficiency: float | None = Field(None, gt=0, le=1)
     memory_efficiency: float | None = Field(None, gt=0, le=1)
     collective_latency_us: float | None = Field(None, ge=0, le=3_600_000)
+    moe_layer_us: float | None = Field(None, ge=0, le=3_600_000)
 
     @model_validator(mode="after")
     def _builds(self) -> RooflineSettings:

@@ -73,15 +73,24 @@ class RooflineParams:
     attention_efficiency: float = 0.35
     # Share of peak memory bandwidth weight and KV reads reach.
     memory_efficiency: float = 0.8
-    # Fixed cost of one all-reduce or one pipeline hand-over (launch + sync).
+    # Fixed cost of one all-reduce or one pipeline hand-over (launch + sync):
+    # vLLM's custom all-reduce on H100 NVLink takes 8.5-11.8 us for messages of
+    # 0.5-32 KB at TP 2, 4 and 8, within 1 us of each other up to 4 KB
+    # (docs/cost-model.md, "Fixed times per layer"): at decode's message sizes
+    # it does not grow with the TP size, so it is one number per all-reduce.
     collective_latency_us: float = 8.0
+    # Fixed time of one MoE layer beyond its bytes and FLOPs (router, top-k,
+    # token permutation and the grouped GEMMs' launch and tail), per MoE layer
+    # and step. 0 (off) by default: the validation's fit sets it
+    # (docs/cost-model.md, "Fixed times per layer").
+    moe_layer_us: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("compute_efficiency", "attention_efficiency", "memory_efficiency"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
                 raise ValueError(f"roofline: {name}={v!r} is invalid; allowed: a number in (0, 1]")
-        for name in ("host_overhead_ms", "host_per_seq_us", "host_per_token_us", "collective_latency_us"):
+        for name in ("host_overhead_ms", "host_per_seq_us", "host_per_token_us", "collective_latency_us", "moe_layer_us"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise ValueError(f"roofline: {name}={v!r} is invalid; allowed: a number >= 0")
@@ -147,6 +156,8 @@ class RooflineCostModel:
         lin_flops = 2.0 * tokens * layers * (m.attn_params_per_layer + mlp_active) + 2.0 * sampled * head
         lin_bytes = layers * (m.attn_params_per_layer * db + mlp_read * db_mlp) + head * db
         t_linear = max(lin_flops / (flops * p.compute_efficiency), lin_bytes / (bw * p.memory_efficiency))
+        if m.is_moe:  # the routing and dispatch kernels' fixed time, which bytes and FLOPs miss at a few rows
+            t_linear += layers * p.moe_layer_us * 1e-6
 
         # Attention: (query, key) pairs; K/V read for every attended token,
         # written for every new one.

@@ -11,7 +11,7 @@ from statistics import median
 from engine.roofline import RooflineParams
 
 from .dataset import Point
-from .fit import Fitted, is_cheap_replay, is_engine_bound, is_large_batch, is_pd
+from .fit import Fitted, is_cheap_replay, is_engine_bound, is_large_batch, is_low_load, is_pd
 
 METRICS = (("mean_ttft_ms", "TTFT"), ("mean_tpot_ms", "TPOT"), ("output_throughput", "throughput"))
 GOALS = {"mean_ttft_ms": 25.0, "mean_tpot_ms": 15.0, "output_throughput": 15.0}
@@ -146,6 +146,7 @@ def render(
             for name, on in (
                 ("class factors", is_engine_bound(p)),
                 ("host per row", is_large_batch(p)),
+                ("fixed times", is_low_load(p)),
                 ("front end", is_cheap_replay(p)),
                 ("P/D check (no fit)", is_pd(p)),
             )
@@ -161,6 +162,7 @@ def render(
         "",
         "`used for`: the fits the point takes part in (bench/validation/fit.py): the efficiency factors of its",
         "GPU class (engine-bound points), the host time per scheduled row (>= 500 requests at once), the",
+        "fixed times of small steps (host per step, TP all-reduce, MoE layer; <= 16 in flight), the",
         "API server's terms (points whose replay is cheap). P/D points are in no fit: they check the P/D",
         "timeline (cluster/kv_transfer.py presets) with what the aggregated points fitted.",
         "",
@@ -175,8 +177,9 @@ def render(
         "",
         "## The fitted parameters",
         "",
-        "| fit | GPU classes (compute, attention, memory efficiency) | host per row (us) | API server |",
-        "|---|---|---:|---|",
+        "| fit | GPU classes (compute, attention, memory efficiency) | host per row (us) | host per step (ms) "
+        "| all-reduce (us) | MoE layer (us) | API server |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
     for name, f in [("in-sample", fitted)] + [(f"without {lab}", held_out[lab]) for lab in sorted(held_out)]:
         classes = "; ".join(f"{c}: {_factors_line(v)}" for c, v in sorted(f.classes.items())) or "defaults"
@@ -185,7 +188,15 @@ def render(
             f"request {fe.request_ms:g} ms, prompt {fe.prompt_token_us:g} us/token, "
             f"output {fe.output_token_us:g} us/token, IPC {fe.ipc_ms:g} ms"
         )
-        lines.append(f"| {name} | {classes} | {f.host.get('host_per_seq_us', 0.0):g} | {api} |")
+        fixed = " | ".join(
+            f"{v:g}"
+            for v in (
+                f.host.get("host_overhead_ms", RooflineParams().host_overhead_ms),
+                f.layers.get("collective_latency_us", RooflineParams().collective_latency_us),
+                f.layers.get("moe_layer_us", RooflineParams().moe_layer_us),
+            )
+        )
+        lines.append(f"| {name} | {classes} | {f.host.get('host_per_seq_us', 0.0):g} | {fixed} | {api} |")
     d = RooflineParams()
     lines += [
         "",
