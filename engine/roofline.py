@@ -90,7 +90,13 @@ class RooflineParams:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
                 raise ValueError(f"roofline: {name}={v!r} is invalid; allowed: a number in (0, 1]")
-        for name in ("host_overhead_ms", "host_per_seq_us", "host_per_token_us", "collective_latency_us", "moe_layer_us"):
+        for name in (
+            "host_overhead_ms",
+            "host_per_seq_us",
+            "host_per_token_us",
+            "collective_latency_us",
+            "moe_layer_us",
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise ValueError(f"roofline: {name}={v!r} is invalid; allowed: a number >= 0")
