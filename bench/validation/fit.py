@@ -257,14 +257,21 @@ def fit(points: Sequence[Point], runs: Runs | None = None, log: Callable[[str], 
     return replace(fitted, front_end=fe)
 
 
-def fit_fixed(points: Sequence[Point], fitted: Fitted, runs: Runs, log: Callable[[str], None] = print) -> Fitted:
+def fit_fixed(
+    points: Sequence[Point],
+    fitted: Fitted,
+    runs: Runs,
+    log: Callable[[str], None] = print,
+    host: bool = True,
+) -> Fitted:
     """`fitted` with the fixed times of small steps refitted on the low-load points of `points`:
-    host_overhead_ms always, collective_latency_us if a TP > 1 point is among them, moe_layer_us if
-    a MoE point is (others keep START_LAYERS); coordinate walks from the current values."""
+    host_overhead_ms (unless `host` is False: then it keeps its value, and only the TP > 1 and MoE
+    points' runs change), collective_latency_us if a TP > 1 point is among them, moe_layer_us if a
+    MoE point is (others keep START_LAYERS); coordinate walks from the current values."""
     low = [p for p in points if is_low_load(p)]
     if not low:
         return fitted
-    terms: list[tuple[str, Sequence[float]]] = [("host_overhead_ms", HOST_OVERHEAD_GRID)]
+    terms: list[tuple[str, Sequence[float]]] = [("host_overhead_ms", HOST_OVERHEAD_GRID)] if host else []
     layers = dict(START_LAYERS)
     if any(p.tp > 1 for p in low):
         terms.append(("collective_latency_us", COLLECTIVE_US_GRID))

@@ -137,7 +137,7 @@ def test_the_shipped_gpu_specs_carry_the_fitted_factors():
     for name in shipped_gpus():
         gpu = get_gpu(name)
         shipped = dict(gpu.efficiency)
-        expected = {**fitted.classes.get(gpu.gpu_class, {}), **fitted.host}
+        expected = {**fitted.classes.get(gpu.gpu_class, {}), **fitted.host, **fitted.layers}
         assert shipped == expected, name
     preset = get_cost_model("llama-3.1-8b-h100")
     assert preset.params.compute_efficiency == fitted.classes["hopper"]["compute_efficiency"]
