@@ -1,6 +1,7 @@
 """Copy the in-sample fit of `disagg-sim validate-cost --fit` (bench/validation/fitted.json)
-into the shipped data: each GPU's `efficiency` (its class's factors and the host terms) in
-engine/data/gpus.json (with the fixed times per layer), and the `vllm-0.11` API-server preset in engine/data/front_end.json.
+into the shipped data: each GPU's `efficiency` (its class's factors, the host terms and the
+fixed times per layer) in engine/data/gpus.json, and the `vllm-0.11` API-server preset in
+engine/data/front_end.json.
 tests/bench/test_validation.py checks they agree."""
 
 from __future__ import annotations

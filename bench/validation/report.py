@@ -333,7 +333,8 @@ scenarios/cascade-inproc.yaml --breakdown`, `disagg-sim run scenarios/cascade.ya
   and `moe_layer_us` (router, top-k, permutation and the grouped GEMMs' fixed time; 30 us cited
   from vLLM's fused-MoE kernel at batch 1). Only Anyscale's gpt-oss-120b runs at 4 and 16 in
   flight identify them; `--fit-layers` fitted them with every other parameter as stored
-  (8 us and 20 us in-sample, the host time staying 3 ms per step), and the fit without Anyscale
+  (8 us and 20 us in-sample, the host time staying 3 ms per step; the 33 points with TP 1 and a
+  dense model do not see them, so their stored runs stand), and the fit without Anyscale
   keeps the cited 8 and 30 us, which takes its gpt-oss-120b TPOT at 4 in flight from -58 % to
   -38 %. Refitting the per-step host time with them (`--fit-fixed`, in-sample, stopped before it
   converged on the shared machine, 2026-12-03) walks it from 3 ms down to <= 0.5 ms, all-reduce
