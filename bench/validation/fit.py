@@ -14,6 +14,8 @@ What is fitted, and on which points of the set:
   point is among them, `moe_layer_us` (one MoE layer's routing and dispatch)
   where a MoE point is; a term no such point identifies keeps its cited
   value (START_LAYERS). `--fit-fixed` refits only these, from the stored fit;
+  `--fit-layers` only the two per-layer ones (then only TP > 1 and MoE
+  points' runs change, relevant_params);
 - the API server's `request_ms`, `output_token_us` and `ipc_ms`
   (engine/front_end.py), on the points whose replay is cheap (<= 30,000
   output tokens).
@@ -148,7 +150,7 @@ class Runs:
         self.log = log
 
     def run(self, point: Point, params: RooflineParams) -> EngineRun:
-        key = (point.id, _relevant(point, params))
+        key = (point.id, relevant_params(point, params))
         if key not in self._runs:
             self._runs[key] = run_engines(point, params)
         return self._runs[key]
@@ -164,7 +166,7 @@ class Runs:
         return sum(score(p, self.predict(p, fitted)) for p in points)
 
 
-def _relevant(point: Point, params: RooflineParams) -> RooflineParams:
+def relevant_params(point: Point, params: RooflineParams) -> RooflineParams:
     """`params` with the terms that cannot change `point`'s run set to the defaults: one engine run then
     serves every trial of a term the point does not see (no all-reduce at TP 1 and PP 1, no MoE layer
     in a dense model)."""
@@ -257,6 +259,17 @@ def fit(points: Sequence[Point], runs: Runs | None = None, log: Callable[[str], 
     return replace(fitted, front_end=fe)
 
 
+def identified_terms(low: Sequence[Point]) -> list[str]:
+    """The fixed times that runs of a few rows identify: the per-step host time always, the all-reduce's
+    where one runs at TP > 1, the MoE layer's where one runs a MoE model."""
+    names = ["host_overhead_ms"]
+    if any(p.tp > 1 for p in low):
+        names.append("collective_latency_us")
+    if any(get_model(p.model).is_moe for p in low):
+        names.append("moe_layer_us")
+    return names
+
+
 def fit_fixed(
     points: Sequence[Point],
     fitted: Fitted,
@@ -271,14 +284,12 @@ def fit_fixed(
     low = [p for p in points if is_low_load(p)]
     if not low:
         return fitted
-    terms: list[tuple[str, Sequence[float]]] = [("host_overhead_ms", HOST_OVERHEAD_GRID)] if host else []
-    layers = dict(START_LAYERS)
-    if any(p.tp > 1 for p in low):
-        terms.append(("collective_latency_us", COLLECTIVE_US_GRID))
-        layers["collective_latency_us"] = fitted.layers.get("collective_latency_us", layers["collective_latency_us"])
-    if any(get_model(p.model).is_moe for p in low):
-        terms.append(("moe_layer_us", MOE_LAYER_US_GRID))
-        layers["moe_layer_us"] = fitted.layers.get("moe_layer_us", layers["moe_layer_us"])
+    grids = {"host_overhead_ms": HOST_OVERHEAD_GRID, "collective_latency_us": COLLECTIVE_US_GRID}
+    grids["moe_layer_us"] = MOE_LAYER_US_GRID
+    names = identified_terms(low)
+    terms = [(name, grids[name]) for name in names if host or name != "host_overhead_ms"]
+    # A term the points do not identify goes back to its cited value.
+    layers = {k: (fitted.layers.get(k, v) if k in names else v) for k, v in START_LAYERS.items()}
     fitted = replace(fitted, layers=layers)
     log(f"fitting {[name for name, _ in terms]} on {[p.id for p in low]}")
 
