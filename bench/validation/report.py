@@ -11,7 +11,7 @@ from statistics import median
 from engine.roofline import RooflineParams
 
 from .dataset import Point
-from .fit import Fitted, is_cheap_replay, is_engine_bound, is_large_batch, is_low_load, is_pd
+from .fit import START_LAYERS, Fitted, is_cheap_replay, is_engine_bound, is_large_batch, is_low_load, is_pd
 
 METRICS = (("mean_ttft_ms", "TTFT"), ("mean_tpot_ms", "TPOT"), ("output_throughput", "throughput"))
 GOALS = {"mean_ttft_ms": 25.0, "mean_tpot_ms": 15.0, "output_throughput": 15.0}
@@ -201,7 +201,9 @@ def render(
     lines += [
         "",
         f"Defaults (a class no training source measured): compute {d.compute_efficiency:g}, attention "
-        f"{d.attention_efficiency:g}, memory {d.memory_efficiency:g}; host {d.host_overhead_ms:g} ms per step.",
+        f"{d.attention_efficiency:g}, memory {d.memory_efficiency:g}; host {d.host_overhead_ms:g} ms per step. "
+        f"Per-layer fixed times a fit's points do not identify: {START_LAYERS['collective_latency_us']:g} us per "
+        f"all-reduce, {START_LAYERS['moe_layer_us']:g} us per MoE layer (cited: docs/cost-model.md).",
         "",
         METHOD.replace("{seed_table}", "\n".join(_table_row(row) for row in SEED_CHECK)),
     ]
