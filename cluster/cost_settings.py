@@ -47,6 +47,7 @@ class RooflineSettings(StrictModel):
     attention_efficiency: float | None = from_setting(RooflineParams, "attention_efficiency", default=None)
     memory_efficiency: float | None = from_setting(RooflineParams, "memory_efficiency", default=None)
     collective_latency_us: float | None = from_setting(RooflineParams, "collective_latency_us", default=None)
+    moe_layer_us: float | None = from_setting(RooflineParams, "moe_layer_us", default=None)
 
     @model_validator(mode="after")
     def _builds(self) -> RooflineSettings:

@@ -87,8 +87,20 @@ class RooflineParams:
     memory_efficiency: float = setting(
         0.8, doc="Share of peak memory bandwidth the weight and KV reads reach.", gt=0, le=1
     )
+    # vLLM's custom all-reduce on H100 NVLink takes 8.5-11.8 us for messages of
+    # 0.5-32 KB at TP 2, 4 and 8, within 1 us of each other up to 4 KB
+    # (docs/cost-model.md, "Fixed times per layer"): at decode's message sizes
+    # it does not grow with the TP size, so it is one number per all-reduce.
     collective_latency_us: float = setting(
         8.0, doc="Fixed cost of one all-reduce or one pipeline hand-over (launch + sync).", ge=0, le=MAX_HOST_TERM
+    )
+    # 0 (off) by default: the validation's fit sets it (docs/cost-model.md, "Fixed times per layer").
+    moe_layer_us: float = setting(
+        0.0,
+        doc="Fixed time of one MoE layer per step beyond its bytes and FLOPs (router, top-k, token permutation, "
+        "the grouped GEMMs' launch and tail).",
+        ge=0,
+        le=MAX_HOST_TERM,
     )
 
 
@@ -144,6 +156,8 @@ class RooflineCostModel:
         lin_flops = 2.0 * tokens * layers * (m.attn_params_per_layer + mlp_active) + 2.0 * sampled * head
         lin_bytes = layers * (m.attn_params_per_layer * db + mlp_read * db_mlp) + head * db
         t_linear = max(lin_flops / (flops * p.compute_efficiency), lin_bytes / (bw * p.memory_efficiency))
+        if m.is_moe:  # the routing and dispatch kernels' fixed time, which bytes and FLOPs miss at a few rows
+            t_linear += layers * p.moe_layer_us * 1e-6
 
         # Attention: (query, key) pairs; K/V read for every attended token,
         # written for every new one.

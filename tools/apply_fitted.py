@@ -1,6 +1,7 @@
 """Copy the in-sample fit of `disagg-sim validate-cost --fit` (bench/validation/fitted.json)
-into the shipped data: each GPU's `efficiency` (its class's factors and the host terms) in
-engine/data/gpus.json, and the `vllm-0.11` API-server preset in engine/data/front_end.json.
+into the shipped data: each GPU's `efficiency` (its class's factors, the host terms and the
+fixed times per layer) in engine/data/gpus.json, and the `vllm-0.11` API-server preset in
+engine/data/front_end.json.
 tests/bench/test_validation.py checks they agree."""
 
 from __future__ import annotations
@@ -26,10 +27,14 @@ def main() -> None:
     for name, gpu in gpus.items():
         if name.startswith("_"):
             continue
-        factors = {**fitted.classes.get(gpu["gpu_class"], {}), **fitted.host}
+        factors = {**fitted.classes.get(gpu["gpu_class"], {}), **fitted.host, **fitted.layers}
         gpu["efficiency"] = factors
         cls = gpu["gpu_class"]
-        which = f"{cls} class factors and host terms" if cls in fitted.classes else "host terms (class not fitted)"
+        which = (
+            f"{cls} class factors, host terms and fixed times per layer"
+            if cls in fitted.classes
+            else "host terms and fixed times per layer (class not fitted)"
+        )
         gpu["efficiency_source"] = f"{which} {SOURCE}"
     gpus_path.write_text(json.dumps(gpus, indent=2) + "\n")
     fe_path = ROOT / "engine/data/front_end.json"

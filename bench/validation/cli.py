@@ -13,7 +13,7 @@ from bench.errors import InputError, did_you_mean
 from bench.progress import ItemProgress
 
 from .dataset import DATASET, INDEPENDENT, Point, load_all
-from .fit import FITTED, Fitted, Runs, fit, is_pd, load_fitted, save_fitted
+from .fit import FITTED, Fitted, Runs, fit, fit_fixed, is_pd, load_fitted, save_fitted
 from .report import METRICS, point_errors, render
 from .simulate import skip_reason
 
@@ -46,6 +46,23 @@ def fit_all(points: list[Point], runs: Runs, log=print) -> tuple[Fitted, dict[st
             continue
         log(f"== fit without {lab}")
         held_out[lab] = fit([p for p in points if p.lab != lab], runs, log)
+    return in_sample, held_out
+
+
+def refit_fixed(
+    points: list[Point], stored: dict, runs: Runs, log=print, host: bool = True
+) -> tuple[Fitted, dict[str, Fitted]]:
+    """The stored fits with only the small steps' fixed times refitted (fit.fit_fixed; `host` False: the
+    per-layer ones only), in-sample and per held-out source: minutes where --fit takes tens of them."""
+    log("== in-sample: fixed times")
+    in_sample = fit_fixed(points, stored["in_sample"], runs, log, host)
+    held_out = {}
+    for lab in sorted({p.lab for p in points}):
+        if not any(p.lab == lab and not is_pd(p) for p in points):
+            held_out[lab] = in_sample
+            continue
+        log(f"== without {lab}: fixed times")
+        held_out[lab] = fit_fixed([p for p in points if p.lab != lab], stored["held_out"][lab], runs, log, host)
     return in_sample, held_out
 
 
@@ -121,6 +138,18 @@ def add_validate_cost_parser(sub) -> None:
         help="refit first, in-sample and leave-one-source-out (slow: tens of minutes)",
     )
     v.add_argument(
+        "--fit-fixed",
+        action="store_true",
+        help="refit only the small steps' fixed times (host per step, all-reduce, MoE layer) from the stored fit "
+        "(minutes)",
+    )
+    v.add_argument(
+        "--fit-layers",
+        action="store_true",
+        help="refit only the fixed times per layer (all-reduce, MoE layer) from the stored fit: only TP > 1 and "
+        "MoE points' runs change",
+    )
+    v.add_argument(
         "--dataset",
         type=Path,
         action="append",
@@ -146,6 +175,8 @@ def cmd_validate_cost(args) -> int:
         save_fitted(in_sample, held_out, args.fitted)
     if not args.fitted.exists():
         raise InputError(f"--fitted {args.fitted}: no such file; allowed: a fitted-parameters JSON (or --fit)")
+    if (args.fit_fixed or args.fit_layers) and not args.fit:
+        save_fitted(*refit_fixed(every, load_fitted(args.fitted), runs, log, host=args.fit_fixed), args.fitted)
     stored = load_fitted(args.fitted)
     in_sample, held_out = stored["in_sample"], stored["held_out"]
     if args.render_only:

@@ -8,8 +8,14 @@ What is fitted, and on which points of the set:
   prompts of >= 1,000 tokens, all at once or at least 16 in flight);
 - `host_per_seq_us` (the step's host time per scheduled sequence), on the
   points with >= 500 requests at once (batches of hundreds of rows);
-- `host_overhead_ms` (the step's fixed host time), on the points with at
-  most 16 requests in flight (steps of a few rows);
+- the fixed times of a step of a few rows, on the points with at most 16
+  requests in flight: `host_overhead_ms` (the step's host time),
+  `collective_latency_us` (one TP all-reduce, two per layer) where a TP > 1
+  point is among them, `moe_layer_us` (one MoE layer's routing and dispatch)
+  where a MoE point is; a term no such point identifies keeps its cited
+  value (START_LAYERS). `--fit-fixed` refits only these, from the stored fit;
+  `--fit-layers` only the two per-layer ones (then only TP > 1 and MoE
+  points' runs change, relevant_params);
 - the API server's `request_ms`, `output_token_us` and `ipc_ms`
   (engine/front_end.py), on the points whose replay is cheap (<= 30,000
   output tokens).
@@ -36,7 +42,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from engine.front_end import FrontEndParams, checked_front_end
-from engine.model_shape import get_gpu
+from engine.model_shape import get_gpu, get_model
 from engine.roofline import RooflineParams
 
 from .dataset import Point
@@ -47,7 +53,16 @@ METRIC_KEYS = ("mean_ttft_ms", "mean_tpot_ms", "output_throughput")
 COMPUTE_GRID = (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7, 0.8)
 MEMORY_GRID = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 HOST_PER_SEQ_GRID = (0.0, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
-HOST_OVERHEAD_GRID = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+HOST_OVERHEAD_GRID = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+COLLECTIVE_US_GRID = (4.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0)
+MOE_LAYER_US_GRID = (0.0, 10.0, 20.0, 30.0, 45.0, 60.0, 80.0, 100.0, 130.0)
+# The per-layer fixed times where the fit starts, and what a fit whose points
+# do not identify them keeps (docs/cost-model.md, "Fixed times per layer"):
+# vLLM's custom all-reduce of 0.5-32 KB on H100 at TP 2-8, 8.5-9.3 us (SGLang
+# PR 2904); vLLM's fused MoE kernel at batch 1 on H100, 40-45 us for
+# Qwen3-30B-A3B FP8 against ~11 us of expert weights at peak bandwidth
+# (vLLM PR 24700), ~30 us fixed.
+START_LAYERS = {"collective_latency_us": 8.0, "moe_layer_us": 30.0}
 IPC_MS_GRID = (0.0, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0)
 REQUEST_MS_GRID = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0, 32.0)
 OUTPUT_TOKEN_US_GRID = (0.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0)
@@ -72,18 +87,21 @@ class Fitted:
     classes: dict[str, dict[str, float]] = field(default_factory=dict)
     host: dict[str, float] = field(default_factory=dict)
     front_end: FrontEndParams = field(default_factory=FrontEndParams)
+    # collective_latency_us and moe_layer_us (engine/roofline.py)
+    layers: dict[str, float] = field(default_factory=lambda: dict(START_LAYERS))
 
     def params_for(self, gpu: str) -> RooflineParams:
         """The roofline factors a point on `gpu` runs with: its class's if fitted, else the defaults."""
         factors = self.classes.get(get_gpu(gpu).gpu_class, {})
-        return replace(RooflineParams(), **{**factors, **self.host})
+        return replace(RooflineParams(), **{**factors, **self.host, **self.layers})
 
     def to_dict(self) -> dict:
-        return {"classes": self.classes, "host": self.host, "front_end": asdict(self.front_end)}
+        return {"classes": self.classes, "host": self.host, "layers": self.layers, "front_end": asdict(self.front_end)}
 
     @classmethod
     def from_dict(cls, data: dict) -> Fitted:
-        return cls(dict(data["classes"]), dict(data["host"]), checked_front_end(dict(data["front_end"])))
+        layers = dict(data.get("layers", START_LAYERS))
+        return cls(dict(data["classes"]), dict(data["host"]), checked_front_end(dict(data["front_end"])), layers)
 
 
 def gpu_class(point: Point) -> str:
@@ -134,7 +152,7 @@ class Runs:
         self.within: Callable[[int, int, float], None] | None = None
 
     def run(self, point: Point, params: RooflineParams) -> EngineRun:
-        key = (point.id, params)
+        key = (point.id, relevant_params(point, params))
         if key not in self._runs:
             self._runs[key] = run_engines(point, params, within=self.within)
         return self._runs[key]
@@ -148,6 +166,18 @@ class Runs:
 
     def total(self, points: Sequence[Point], fitted: Fitted) -> float:
         return sum(score(p, self.predict(p, fitted)) for p in points)
+
+
+def relevant_params(point: Point, params: RooflineParams) -> RooflineParams:
+    """`params` with the terms that cannot change `point`'s run set to the defaults: one engine run then
+    serves every trial of a term the point does not see (no all-reduce at TP 1 and PP 1, no MoE layer
+    in a dense model)."""
+    d = RooflineParams()
+    if point.tp == 1 and point.pp == 1:
+        params = replace(params, collective_latency_us=d.collective_latency_us)
+    if not get_model(point.model).is_moe:
+        params = replace(params, moe_layer_us=d.moe_layer_us)
+    return params
 
 
 def _walk(grid: Sequence[float], start: float, f: Callable[[float], float]) -> float:
@@ -219,17 +249,7 @@ def fit(points: Sequence[Point], runs: Runs | None = None, log: Callable[[str], 
             return s
 
         fitted = replace(fitted, host={"host_per_seq_us": _walk(HOST_PER_SEQ_GRID, 0.0, _memo(host_total))})
-    low = [p for p in points if is_low_load(p)]
-    if low:
-        log(f"fitting host_overhead_ms on {[p.id for p in low]}")
-
-        def overhead_total(x: float) -> float:
-            s = runs.total(low, replace(fitted, host={**fitted.host, "host_overhead_ms": x}))
-            log(f"  host_overhead_ms={x}: {s:.4f}")
-            return s
-
-        best = _walk(HOST_OVERHEAD_GRID, RooflineParams().host_overhead_ms, _memo(overhead_total))
-        fitted = replace(fitted, host={**fitted.host, "host_overhead_ms": best})
+    fitted = fit_fixed(points, fitted, runs, log)
     cheap = [p for p in points if is_cheap_replay(p)]
     log(f"fitting the front end on {[p.id for p in cheap]}")
     fe = fitted.front_end
@@ -239,6 +259,66 @@ def fit(points: Sequence[Point], runs: Runs | None = None, log: Callable[[str], 
             break
         fe = fe_new
     return replace(fitted, front_end=fe)
+
+
+def identified_terms(low: Sequence[Point]) -> list[str]:
+    """The fixed times that runs of a few rows identify: the per-step host time always, the all-reduce's
+    where one runs at TP > 1, the MoE layer's where one runs a MoE model."""
+    names = ["host_overhead_ms"]
+    if any(p.tp > 1 for p in low):
+        names.append("collective_latency_us")
+    if any(get_model(p.model).is_moe for p in low):
+        names.append("moe_layer_us")
+    return names
+
+
+def fit_fixed(
+    points: Sequence[Point],
+    fitted: Fitted,
+    runs: Runs,
+    log: Callable[[str], None] = print,
+    host: bool = True,
+) -> Fitted:
+    """`fitted` with the fixed times of small steps refitted on the low-load points of `points`:
+    host_overhead_ms (unless `host` is False: then it keeps its value, and only the TP > 1 and MoE
+    points' runs change), collective_latency_us if a TP > 1 point is among them, moe_layer_us if a
+    MoE point is (others keep START_LAYERS); coordinate walks from the current values."""
+    low = [p for p in points if is_low_load(p)]
+    if not low:
+        return fitted
+    grids = {"host_overhead_ms": HOST_OVERHEAD_GRID, "collective_latency_us": COLLECTIVE_US_GRID}
+    grids["moe_layer_us"] = MOE_LAYER_US_GRID
+    names = identified_terms(low)
+    terms = [(name, grids[name]) for name in names if host or name != "host_overhead_ms"]
+    # A term the points do not identify goes back to its cited value.
+    layers = {k: (fitted.layers.get(k, v) if k in names else v) for k, v in START_LAYERS.items()}
+    fitted = replace(fitted, layers=layers)
+    log(f"fitting {[name for name, _ in terms]} on {[p.id for p in low]}")
+
+    def with_term(f: Fitted, name: str, x: float) -> Fitted:
+        if name == "host_overhead_ms":
+            return replace(f, host={**f.host, name: x})
+        return replace(f, layers={**f.layers, name: x})
+
+    def current(f: Fitted, name: str) -> float:
+        if name == "host_overhead_ms":
+            return f.host.get(name, RooflineParams().host_overhead_ms)
+        return f.layers[name]
+
+    for _ in range(3):
+        before = fitted
+        for name, grid in terms:
+            base = fitted
+
+            def total(x: float, name: str = name, base: Fitted = base) -> float:
+                s = runs.total(low, with_term(base, name, x))
+                log(f"  {name}={x}: {s:.4f}")
+                return s
+
+            fitted = with_term(fitted, name, _walk(grid, current(fitted, name), _memo(total)))
+        if fitted == before:
+            break
+    return fitted
 
 
 def _fit_front_end_round(runs: Runs, points: Sequence[Point], fitted: Fitted, fe: FrontEndParams) -> FrontEndParams:

@@ -137,7 +137,36 @@ def test_the_shipped_gpu_specs_carry_the_fitted_factors():
     for name in shipped_gpus():
         gpu = get_gpu(name)
         shipped = dict(gpu.efficiency)
-        expected = {**fitted.classes.get(gpu.gpu_class, {}), **fitted.host}
+        expected = {**fitted.classes.get(gpu.gpu_class, {}), **fitted.host, **fitted.layers}
         assert shipped == expected, name
     preset = get_cost_model("llama-3.1-8b-h100")
     assert preset.params.compute_efficiency == fitted.classes["hopper"]["compute_efficiency"]
+
+
+def test_fixed_times_are_fitted_only_where_low_load_points_identify_them():
+    from bench.validation.fit import START_LAYERS, Fitted, identified_terms, is_low_load
+
+    sim, _ = split(load_all())
+    low = [p for p in sim if is_low_load(p)]
+    assert identified_terms(low) == ["host_overhead_ms", "collective_latency_us", "moe_layer_us"]
+    # Without Anyscale's gpt-oss-120b runs no low-load point runs TP > 1 or a MoE model.
+    assert identified_terms([p for p in low if p.lab != "anyscale"]) == ["host_overhead_ms"]
+    fitted = load_fitted()
+    assert fitted["held_out"]["anyscale"].layers == START_LAYERS
+    # A fitted.json written before the per-layer terms reads with the cited values.
+    old = fitted["in_sample"].to_dict()
+    del old["layers"]
+    assert Fitted.from_dict(old).layers == START_LAYERS
+
+
+def test_an_engine_run_is_keyed_only_by_the_terms_it_can_see():
+    from bench.validation.fit import relevant_params
+    from engine.roofline import RooflineParams
+
+    dense = _point("gpustack-qwen3-8b-h100-sharegpt-c4")
+    moe_tp4 = _point("anyscale-gpt-oss-120b-h100-sxm-agg-2xtp4-c4")
+    a = RooflineParams(collective_latency_us=8.0, moe_layer_us=0.0)
+    b = RooflineParams(collective_latency_us=24.0, moe_layer_us=30.0)
+    assert relevant_params(dense, a) == relevant_params(dense, b)
+    assert relevant_params(moe_tp4, a) != relevant_params(moe_tp4, b)
+    assert relevant_params(moe_tp4, b) == b

@@ -104,6 +104,21 @@ def test_moe_reads_only_touched_experts():
     assert one < dense_equivalent / 4 < many  # 8 of 128 experts at batch 1; nearly all at batch 256
 
 
+def test_moe_layer_time_is_added_per_layer_to_moe_models_only():
+    shape = StepShape(decode_tokens=2, context_tokens=2, batch_size=2, decode_context_tokens=2)
+    moe = RooflineCostModel.from_dict({"model": "qwen3-30b-a3b", "gpu": "h100-sxm", "moe_layer_us": 0})
+    with_moe = moe.with_params(moe_layer_us=50.0)
+    # 48 MoE layers x 50 us, and nothing else moves.
+    assert with_moe.step_time(shape) - moe.step_time(shape) == pytest.approx(48 * 50e-6)
+    dense = RooflineCostModel.from_dict({"model": "llama-3.1-8b", "gpu": "h100-sxm"})
+    assert dense.with_params(moe_layer_us=50.0).step_time(shape) == dense.step_time(shape)
+    # Checked where every setting is (the scenario schema, from its one declaration on RooflineParams).
+    with pytest.raises(ValueError, match="moe_layer_us"):
+        ClusterSpec.model_validate({"cost_model": {"model": "qwen3-30b-a3b", "gpu": "h100-sxm", "moe_layer_us": -1}})
+    spec = ClusterSpec.model_validate({"cost_model": {"model": "qwen3-30b-a3b", "gpu": "h100-sxm", "moe_layer_us": 50}})
+    assert spec.cost_model.moe_layer_us == 50
+
+
 def test_num_gpu_blocks_as_vllm_sizes_the_cache():
     m = get_cost_model("llama-3.1-8b-h100")
     weights = 8_030_261_248 * 2
