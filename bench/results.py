@@ -98,13 +98,20 @@ def build_result(
     include_token_times: bool = False,
     extra: Mapping[str, Any] | None = None,
     slo: Mapping[str, float] | None = None,
+    streamed_metrics: Mapping[str, Any] | None = None,
 ) -> dict:
     """Everything a report needs about one run, as a JSON-ready dict
-    (`slo`: latency targets in seconds, for `request_goodput`)."""
+    (`slo`: latency targets in seconds, for `request_goodput`).
+    `streamed_metrics`: the serving metrics already folded from records that
+    were streamed and dropped (bench/metrics_stream.py), used instead of
+    computing them from `records`."""
     if clock not in CLOCKS:
         raise ResultsError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
     counters_by_node = counters_by_node or {}
-    metrics = compute_metrics(records, percentiles=percentiles, duration=duration, slo=slo)
+    if streamed_metrics is not None:
+        metric_values = dict(streamed_metrics)
+    else:
+        metric_values = compute_metrics(records, percentiles=percentiles, duration=duration, slo=slo).to_dict()
     steps_agg = step_aggregates(steps)
     per_node_steps = steps_agg.pop("per_node")
     result: dict[str, Any] = {
@@ -116,7 +123,7 @@ def build_result(
         "clock": clock,
         "percentiles": list(percentiles),
     }
-    result.update(metrics.to_dict())
+    result.update(metric_values)
     result.update(aggregate_counters(counters_by_node))
     result.update(steps_agg)
     result["nodes"] = {node: dict(c) for node, c in sorted(counters_by_node.items())}

@@ -161,6 +161,21 @@ class Report(_Strict):
     slo: SLO | None = None
     # Name the best variant by a metric's mean over repeats (e.g. {metric: request_goodput}).
     best: Best | None = None
+    # In-process only: fold each finished request into the metrics and drop it, and keep no
+    # step records, so a fleet of 10^5-10^6 requests runs in bounded memory (docs/fleet.md).
+    # The results then hold the serving metrics and node counters, without per-request
+    # detail, step aggregates, steps.jsonl or the per-request and per-step plots.
+    stream_records: bool = False
+
+    @model_validator(mode="after")
+    def _streamed_records_are_gone(self) -> Report:
+        if self.stream_records and (self.include_requests or self.slo is not None):
+            taken = "include_requests" if self.include_requests else "slo"
+            raise ValueError(
+                f"stream_records drops each request's record once folded into the metrics, and {taken} needs "
+                f"them; allowed: stream_records with include_requests false and no slo"
+            )
+        return self
 
     @field_validator("percentiles")
     @classmethod

@@ -17,6 +17,7 @@ from cluster.run_result import RunResult
 
 from .errors import InputError
 from .metrics import compute_metrics
+from .metrics_stream import StreamedMetrics
 from .parallel_runs import result_of, runs_in_workers
 from .results import build_result, write_run
 from .scenario import Scenario
@@ -53,8 +54,11 @@ def run_one(
     debug_invariants: bool = False,
     observer=None,
     within=None,
+    streamed: StreamedMetrics | None = None,
 ) -> RunResult:
-    """`within(finished, total, clock_s)` hears of the run's progress as requests finish."""
+    """`within(finished, total, clock_s)` hears of the run's progress as
+    requests finish. `streamed` (in-process only): finished records are
+    folded into it and dropped, and no step is recorded (`report.stream_records`)."""
     spec = scenario.cluster(variant)
     seed = scenario.file.seed + repeat
     workload, max_concurrency = scenario.workload(variant, seed)
@@ -70,7 +74,18 @@ def run_one(
             from .progress import FinishWatch
 
             observer = FinishWatch(observer, len(workload), within)
-        cluster = InProcCluster(spec, seed=seed, debug_invariants=debug_invariants, observer=observer)
+        stream = None
+        if streamed is not None:
+            streamed.t0 = workload[0].arrival_time if workload else 0.0
+            stream = streamed.add
+        cluster = InProcCluster(
+            spec,
+            seed=seed,
+            debug_invariants=debug_invariants,
+            observer=observer,
+            stream=stream,
+            keep_steps=stream is None,
+        )
         cluster.submit(workload, max_concurrency)
         for fault in faults:
             if fault.kind == "kill":
@@ -200,20 +215,32 @@ class Sweep:
         observer = self.observer
         if observer is not None:
             observer.begin_run(variant=variant, repeat=repeat, pace=self.pace)
+        streamed = StreamedMetrics() if self.scenario.file.report.stream_records else None
         run = run_one(
-            self.scenario, variant, repeat, self.runtime, self.ray_handle, self.debug_invariants, observer, self.within
+            self.scenario,
+            variant,
+            repeat,
+            self.runtime,
+            self.ray_handle,
+            self.debug_invariants,
+            observer,
+            self.within,
+            streamed,
         )
         wall = time.monotonic() - t0
         if observer is not None:
             observer.sync_counters(run.node_counters)
-        run, result = self.result_of_run(variant, repeat, run, wall)
+        run, result = self.result_of_run(variant, repeat, run, wall, streamed)
         if self.out_dir is not None:
             write_run(self.out_dir, result, run.steps)
         return run, result
 
-    def result_of_run(self, variant: str, repeat: int, run: RunResult, wall: float) -> tuple[RunResult, dict]:
+    def result_of_run(
+        self, variant: str, repeat: int, run: RunResult, wall: float, streamed: StreamedMetrics | None = None
+    ) -> tuple[RunResult, dict]:
         """A run's results JSON; a Ray run is moved to model time first (its
-        wall-clock figures kept beside)."""
+        wall-clock figures kept beside). `streamed`: the metrics of a run whose
+        records were folded in and dropped."""
         scenario, runtime, report = self.scenario, self.runtime, self.scenario.file.report
         wall_run = None
         if runtime == "ray":
@@ -234,6 +261,7 @@ class Sweep:
             duration=run.duration,
             include_requests=report.include_requests,
             slo=report.slo.targets_s() if report.slo is not None else None,
+            streamed_metrics=streamed.to_dict(run.duration, report.percentiles) if streamed is not None else None,
             extra={
                 "runtime": runtime,
                 "wall_seconds": wall,
@@ -249,6 +277,8 @@ class Sweep:
             result["latency_clock"] = LATENCY_CLOCK
             wall_metrics = compute_metrics(wall_run.requests, duration=wall_run.duration).to_dict()
             result["wall_clock"] = wall_clock_metrics(wall_metrics, wall_run.extra.get("time_scale", 1.0))
+        if streamed is not None:  # no step was recorded; the nodes counted them
+            result["num_steps"] = run.extra.get("num_steps", 0)
         result["scenario_config"] = scenario_config(scenario, variant, runtime)
         if self.provenance is not None:
             result["provenance"] = self.provenance

@@ -142,6 +142,11 @@ def cmd_run(args) -> int:
     from ..cluster_sweep import cluster_mode
 
     on_cluster, jobs = cluster_mode(args, runtime)
+    if runtime != "inproc" and scenario.file.report.stream_records:
+        raise InputError(
+            "report.stream_records: a Ray run keeps its records in the driver; allowed: runtime inproc "
+            "(or stream_records false)"
+        )
     check_jobs(jobs, runtime, args.metrics_port, args.log_stats, args.pace, on_cluster)
     from ..memory_estimate import check_run_memory
 
