@@ -259,7 +259,9 @@ class Proxy:
                     if not req.delivered:
                         self.first_token(req, now, seen)
                     req.delivered += len(tokens)
-                    client.tokens(rid, tokens, seen)
+                    if seen > req.seen:
+                        req.seen = seen
+                    client.tokens(rid, tokens, req.seen)
                 continue
             self._on_output(node, is_prefill, req, ev, now, seen)
 
@@ -353,15 +355,14 @@ class Proxy:
             # A first token that is EOS ends the request at the prefill node:
             # no hand-off; the client gets that token.
             if reason == "stop" and ev.new_token_ids:
-                self._tokens(req, ev.new_token_ids, now, seen)
-                self._finish(req, reason, at=seen)
+                self._finish(req, reason, at=self._tokens(req, ev.new_token_ids, now, seen))
                 return
             self._finish(req, reason or "error")
             return
         # A decode node's unfinished outputs never come here (on_node_events streams them).
         assert reason is not None
         if ev.new_token_ids:
-            self._tokens(req, ev.new_token_ids, now, seen)
+            seen = self._tokens(req, ev.new_token_ids, now, seen)
         else:
             seen = now  # nothing to stream: the finish goes out at once
         why = ""
@@ -375,11 +376,15 @@ class Proxy:
         # The finish rides the last token's chunk: the client sees it then.
         self._finish(req, reason, ev.num_preemptions, why, at=seen)
 
-    def _tokens(self, req: ProxiedRequest, tokens: list[int], now: float, seen: float) -> None:
+    def _tokens(self, req: ProxiedRequest, tokens: list[int], now: float, seen: float) -> float:
+        """Pass `tokens` on; the client's time of them (not before its last)."""
         if not req.delivered:
             self.first_token(req, now, seen)
         req.delivered += len(tokens)
-        self.client.tokens(req.request_id, tokens, seen)
+        if seen > req.seen:
+            req.seen = seen
+        self.client.tokens(req.request_id, tokens, req.seen)
+        return req.seen
 
     def _finish(
         self, req: ProxiedRequest, reason: str, num_preemptions: int = 0, why: str = "", at: float | None = None

@@ -27,6 +27,9 @@ class ProxiedRequest:
     counted: bool = False  # included in the proxy's outstanding count of `node`
     prefill_node: str = ""  # holds the prompt's blocks until the decode node pulls them
     delivered: int = 0  # tokens sent to the client
+    # When the client saw its last token: a stream re-routed from a node whose
+    # API server was behind never shows a later token earlier than that.
+    seen: float = 0.0
     # When each part of its TTFT ended (proxy/breakdown.py), until its first token.
     marks: dict[str, float] = field(default_factory=dict)
 

@@ -171,7 +171,11 @@ class TokenRuns:
         if not first:
             self.proxy.first_token(req, runs.times[start], runs.seen[start])
         req.delivered += end - start
-        self.proxy.client.token_run(rid, first, runs.seen[start:end])
+        seen = runs.seen[start:end]
+        if seen[0] < req.seen:  # re-routed from a node whose API server was behind
+            seen = [t if t > req.seen else req.seen for t in seen]
+        req.seen = seen[-1]
+        self.proxy.client.token_run(rid, first, seen)
 
     def close(self, rid: str) -> None:
         """Hand the request's open run, if it has one, to the client."""
