@@ -364,7 +364,8 @@ class Proxy:
         if ev.new_token_ids:
             seen = self._tokens(req, ev.new_token_ids, now, seen)
         else:
-            seen = now  # nothing to stream: the finish goes out at once
+            # Nothing to stream: the finish goes out at once, after the tokens the client has.
+            seen = now if now > req.seen else req.seen
         why = ""
         if reason == "error":
             if params and "rejected" in params:

@@ -205,9 +205,9 @@ def _visible(
     event_tokens: dict[int, int] | None,
 ) -> list[float]:
     """The client's time of each receipt's tokens: receipt `i` holds a token
-    of each of the `batch` requests named but those whose run ended before
-    (`finishing[id] < i`; the one ending at `i` has its token in an event),
-    and `event_tokens[i]` more."""
+    of each of the `batch` requests named but those with `finishing[id] <= i`
+    (at `finishing[id]` a request's last token comes in an event, after it
+    none), and `event_tokens[i]` more (those events' tokens)."""
     leaving: dict[int, int] = {}
     for n in (finishing or {}).values():
         leaving[n] = leaving.get(n, 0) + 1
