@@ -81,3 +81,34 @@ def test_the_fast_paths_stream_the_same(output_len):
     # 1.02 ms step, so the client sees one every 2 ms.
     times = plain["a"].token_times
     assert [round(b - a, 9) for a, b in zip(times, times[1:])] == [0.002] * (output_len - 1)
+
+
+def test_a_rerouted_stream_never_shows_a_token_before_the_last_one_it_showed():
+    # 20 ms per token: decode-0's API server falls ~39 ms further behind at each
+    # ~1 ms step of its two requests. Killed at 0.1 s, its requests go on at
+    # decode-1, whose server is idle (its requests finished): their new tokens
+    # would reach the client seconds before the ones decode-0's server streams
+    # last, so each is held to the last one the client saw.
+    spec = ClusterSpec.model_validate(
+        {
+            "prefill": {"count": 0},
+            "decode": {"count": 2},
+            "cost_model": "unit",
+            "routing": "round_robin",
+            "front_end": {"preset": "off", "output_token_us": 20_000.0},
+        }
+    )
+    c = InProcCluster(spec, seed=0)
+    c.submit([WorkloadRequest(f"r{i}", 0.0, 16, 400 if i % 2 == 0 else 2) for i in range(4)])
+    c.kill_node_at("decode-0", 0.1)
+    result = c.run()
+    assert result.invariant_errors == []  # token times in order among them
+    assert result.extra["rerouted"] == {"r0": 1, "r2": 1}
+    for rid in ("r0", "r2"):
+        (rec,) = [r for r in result.requests if r.request_id == rid]
+        assert rec.finish_reason == "length" and len(rec.token_times) == 400
+        times = rec.token_times
+        # The tokens decode-0 streamed, then decode-1's first ones held at the last of them.
+        held = [i for i in range(1, len(times)) if times[i] == times[i - 1]]
+        assert held, "the re-routed stream was never held back"
+        assert times == sorted(times)
