@@ -153,3 +153,20 @@ class OutputStream:
         start = arrives if arrives > self._free_at else self._free_at
         self._free_at = start + self._output_token_s * num_tokens
         return self._free_at
+
+    def batches_visible_at(self, times: list[float], sizes: list[int]) -> list[float]:
+        """`batch_visible_at` of each batch in turn (time, tokens), in one
+        call: the lazy token runs' form, one per receipt of many steps."""
+        if self.is_off:
+            return list(times)
+        ipc, per_token, free = self._ipc_s, self._output_token_s, self._free_at
+        out = []
+        for now, n in zip(times, sizes):
+            if n <= 0:
+                out.append(now)
+                continue
+            arrives = now + ipc
+            free = (arrives if arrives > free else free) + per_token * n
+            out.append(free)
+        self._free_at = free
+        return out

@@ -208,16 +208,18 @@ def _visible(
     of each of the `batch` requests named but those with `finishing[id] <= i`
     (at `finishing[id]` a request's last token comes in an event, after it
     none), and `event_tokens[i]` more (those events' tokens)."""
+    if not finishing and not event_tokens:
+        return stream.batches_visible_at(times, [batch] * len(times))
     leaving: dict[int, int] = {}
     for n in (finishing or {}).values():
         leaving[n] = leaving.get(n, 0) + 1
     events = event_tokens or {}
-    out = []
-    for i, t in enumerate(times):
+    sizes = []
+    for i in range(len(times)):
         batch -= leaving.get(i, 0)
-        extra = events.get(i, 0)
-        seen = stream.batch_visible_at(t, batch + extra)
+        sizes.append(batch + events.get(i, 0))
+    out = stream.batches_visible_at(times, sizes)
+    for i, extra in events.items():
         if extra:
-            stream.pending[t] = seen  # its events reach `Proxy.on_node_events` at `t`
-        out.append(seen)
+            stream.pending[times[i]] = out[i]  # its events reach `Proxy.on_node_events` at `times[i]`
     return out

@@ -82,3 +82,11 @@ def test_a_nodes_output_batches_are_streamed_in_turn():
 def test_an_off_stream_shows_tokens_when_they_reach_the_proxy():
     stream = FrontEnd(front_end_params("off", request_ms=5.0)).output_stream()
     assert stream.is_off and stream.batch_visible_at(2.5, 3) == 2.5
+
+
+def test_batches_at_once_are_the_batches_one_by_one():
+    times, sizes = [0.010, 0.011, 0.012, 0.100], [4, 2, 0, 1]
+    one = _fe(output_token_us=500.0, ipc_ms=1.0).output_stream()
+    bulk = _fe(output_token_us=500.0, ipc_ms=1.0).output_stream()
+    assert bulk.batches_visible_at(times, sizes) == [one.batch_visible_at(t, n) for t, n in zip(times, sizes)]
+    assert bulk.batch_visible_at(0.1, 3) == one.batch_visible_at(0.1, 3)  # and leave the server in the same state
