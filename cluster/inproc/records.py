@@ -24,8 +24,8 @@ class ClientRecords:
         # Serving (`bench/serve/driver.py`): ids of requests whose record changed
         # since the server last looked, so it wakes only their handlers. None: off.
         self.touched: set[str] | None = None
-        # Called after each finish (the load driver's closed loop).
-        self.on_finish: Callable[[], None] | None = None
+        # Called after each finish with the time the client sees it (the load driver's closed loop).
+        self.on_finish: Callable[[float], None] | None = None
 
     def expect(self, w: WorkloadRequest) -> None:
         self.workload[w.request_id] = w
@@ -81,4 +81,4 @@ class ClientRecords:
         if self.observer is not None:
             self.observer.on_request_finished(event.node or "proxy", rec)
         if self.on_finish is not None:
-            self.on_finish()
+            self.on_finish(event.time)
