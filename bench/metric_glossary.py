@@ -192,7 +192,10 @@ _TTFT_PARTS = {
     "transfer": "the KV load: handshake on first contact, metadata, the blocks over the link",
     "decode_admission": "from the load's end to the decode node scheduling the request",
     "first_decode_step": "the decode node's first step, to its token at the proxy",
-    "to_client": "from the proxy to the client (detokenization and streaming; 0 while not modelled)",
+    "to_client": (
+        "from the proxy to the client: the IPC back to the API server, then its detokenization and"
+        " streaming, queued behind the node's earlier batches"
+    ),
 }
 for _part, _text in _TTFT_PARTS.items():
     _LATENCIES[f"ttft_{_part}"] = (f"TTFT part `{_part}`: {_text}.", "")

@@ -62,7 +62,7 @@ class RooflineSettings(StrictModel):
 class FrontEndSettings(StrictModel):
     """vLLM's API server in front of each engine (engine/front_end.py): per request its parsing, chat template and
     tokenization, per output token its detokenization and streaming, served one at a time (FIFO). Applied by the
-    proxy; until the proxy calls it, `disagg-sim validate-cost` applies it when it re-simulates published runs."""
+    proxy on both runtimes: requests on one queue, each node's output batches on one queue per node."""
 
     # A preset of engine/data/front_end.json ("off": none).
     preset: str = Field(DEFAULT_FRONT_END, min_length=1, max_length=100)

@@ -16,7 +16,12 @@ queue. The numbers and their sources: engine/data/front_end.json and
 docs/cost-model.md, "The front end".
 
 Plain and deterministic: no clock of its own; the caller passes `now` and
-gets back when the work is done. The proxy calls it on both runtimes.
+gets back when the work is done. The proxy calls it on both runtimes: the
+request side (`FrontEnd.request_ready_at`) on the one server, the token side
+on one `OutputStream` per node (`FrontEnd.output_stream`): the output path
+of the API server in front of that node's engine, fed that node's output
+batches in the order they reach the proxy. (`FrontEnd.tokens_visible_at`,
+one queue for both sides, is what `validate-cost`'s replay uses.)
 """
 
 from __future__ import annotations
@@ -125,9 +130,63 @@ class FrontEnd:
             return now
         return self._serve(now, self._request_s + self._prompt_token_s * prompt_len) + self._ipc_s
 
+    def output_stream(self) -> OutputStream:
+        """A fresh output side for one node (the proxy keeps one per node)."""
+        return OutputStream(self.params)
+
     def tokens_visible_at(self, now: float, num_tokens: int) -> float:
         """When the client sees `num_tokens` tokens of one request the engine
         emitted at `now`: one IPC hop, then detokenized and streamed in turn."""
         if self._off:
             return now
         return self._serve(now + self._ipc_s, self._output_token_s * num_tokens)
+
+
+class OutputStream:
+    """One node's API server, output side: each batch of outputs its engine
+    core emits crosses back (`ipc_ms`), waits for the batches before it, and
+    is detokenized and streamed (`output_token_us` per token, every token of
+    the batch); the client sees each of the batch's tokens when the batch is
+    done (vLLM's output handler detokenizes an engine-core batch before the
+    streams it fed write their chunks). One call per batch, in time order:
+    the visible time depends only on the batches before it, so the proxy's
+    lazy token runs can compute it ahead, at the batch's own receipt."""
+
+    __slots__ = ("is_off", "_ipc_s", "_output_token_s", "_free_at", "pending")
+
+    def __init__(self, params: FrontEndParams) -> None:
+        self.is_off = params.output_token_us == 0 and params.ipc_ms == 0
+        self._ipc_s = params.ipc_ms / 1e3
+        self._output_token_s = params.output_token_us / 1e6
+        self._free_at = 0.0
+        # Batches served ahead (a bulk receipt that knew of outputs coming
+        # as separate events at the same time): receipt time -> visible time.
+        self.pending: dict[float, float] = {}
+
+    def batch_visible_at(self, now: float, num_tokens: int) -> float:
+        """When the client sees the tokens of a batch of `num_tokens` the
+        node's outputs brought to the proxy at `now`. An empty batch changes
+        nothing (no tokens: nothing to stream)."""
+        if self.is_off or num_tokens <= 0:
+            return now
+        arrives = now + self._ipc_s
+        start = arrives if arrives > self._free_at else self._free_at
+        self._free_at = start + self._output_token_s * num_tokens
+        return self._free_at
+
+    def batches_visible_at(self, times: list[float], sizes: list[int]) -> list[float]:
+        """`batch_visible_at` of each batch in turn (time, tokens), in one
+        call: the lazy token runs' form, one per receipt of many steps."""
+        if self.is_off:
+            return list(times)
+        ipc, per_token, free = self._ipc_s, self._output_token_s, self._free_at
+        out = []
+        for now, n in zip(times, sizes):
+            if n <= 0:
+                out.append(now)
+                continue
+            arrives = now + ipc
+            free = (arrives if arrives > free else free) + per_token * n
+            out.append(free)
+        self._free_at = free
+        return out

@@ -4,7 +4,7 @@ is the time from the previous moment present to its own; a moment a
 request never had, e.g. a KV load in an aggregated run, gives a 0 part).
 
     part                   ends at
-    front_end              the API server is done with the request (phase 1)
+    front_end              the API server is done with the request (parse, template, tokenize, IPC)
     proxy_prefill_request  the prompt-only request leaves for a prefill node
     queue                  a node first schedules the request (prefill node in
                            P/D; the only node when aggregated)
@@ -20,7 +20,7 @@ request never had, e.g. a KV load in an aggregated run, gives a 0 part).
                            end is reported, the request promoted)
     first_decode_step      its first token reaches the proxy (the first-token
                            recompute step and the node's output link)
-    to_client              the client has it (phase 1: detokenize, SSE)
+    to_client              the client has it (IPC back; the node's API server streams its batch)
 
 Times are the proxy's (`now`) and, for `queue`, `decode_queue`, `transfer`
 and `decode_admission`'s ends, the node's clock: in-process one clock; on

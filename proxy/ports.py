@@ -53,7 +53,7 @@ class ProxySettings:
     pool_blocks: Mapping[str, int] = field(default_factory=dict)
     # The P/D hand-off's HTTP legs (proxy/timeline.py); all 0: none.
     timeline: ProxyTimeline = ProxyTimeline()
-    # The API server's time (phase 1 plugs its `engine/front_end.py` model in here).
+    # The API server's time (`engine/front_end.py`): requests on one queue, tokens on one per node.
     front_end: FrontEnd = NoFrontEnd()
 
     def policy(self, role: str) -> str:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from engine.front_end import OutputStream
 from node.messages import (
     AbortMessage,
     KVEvent,
@@ -68,6 +69,7 @@ class Proxy:
         self.timeline = settings.timeline
         self.front_end = settings.front_end
         self._prefill_set = set(settings.prefill)
+        self._streams: dict[str, OutputStream] = {}  # node -> its API server's output side
         self.dead: set[str] = set()
         self.outstanding: dict[str, int] = {n: 0 for n in settings.prefill + settings.decode}
         # Prompt blocks of the requests outstanding at each node: its KV usage as the proxy estimates it.
@@ -114,7 +116,7 @@ class Proxy:
             if self._log is not None:
                 self._log("arrive", item.request_id)
         for req in admitted:
-            # The API server's time (phase 1's front end), then, in P/D, the
+            # The API server's time (parse, template, tokenize, IPC), then, in P/D, the
             # proxy's prompt-only request to a prefill instance.
             ready = req.marks["front_end"] = self.front_end.request_ready_at(now, req.prompt_len)
             if self.settings.prefill:
@@ -238,6 +240,7 @@ class Proxy:
         is_prefill = node in self._prefill_set
         runs = self._runs if self._runs.has_open() else None
         requests = self.requests
+        seen = self._batch_visible_at(node, now, events)
         for ev in events:
             rid = ev.request_id
             if runs is not None:
@@ -270,11 +273,38 @@ class Proxy:
                 tokens = ev.new_token_ids
                 if tokens:
                     if not req.delivered:
-                        self.first_token(req, now)
+                        self.first_token(req, now, seen)
                     req.delivered += len(tokens)
-                    client.tokens(rid, tokens, now)
+                    if seen > req.seen:
+                        req.seen = seen
+                    client.tokens(rid, tokens, req.seen)
                 continue
-            self._on_output(node, is_prefill, req, ev, now)
+            self._on_output(node, is_prefill, req, ev, now, seen)
+
+    def output_stream(self, node: str) -> OutputStream:
+        """The API server's output side in front of `node` (one per node)."""
+        stream = self._streams.get(node)
+        if stream is None:
+            stream = self._streams[node] = self.front_end.output_stream()
+        return stream
+
+    def _batch_visible_at(self, node: str, now: float, events: list[NodeEvent]) -> float:
+        """When the client sees the tokens of the node's outputs that reached
+        the proxy at `now`: its API server streams every token of the batch
+        (passed on or not: it detokenizes what its engine emits), after the
+        batches before (engine/front_end.py, `OutputStream`)."""
+        stream = self.output_stream(node)
+        if stream.is_off:
+            return now
+        n = 0
+        for ev in events:
+            if type(ev) is OutputEvent:
+                n += len(ev.new_token_ids)
+        if not n:
+            return now
+        # A bulk receipt at `now` may have served this batch already (token_runs.py).
+        seen = stream.pending.pop(now, None)
+        return stream.batch_visible_at(now, n) if seen is None else seen
 
     def on_steady_tokens(
         self,
@@ -283,13 +313,16 @@ class Proxy:
         times: list[float],
         finishing: dict[str, int] | None,
         first_scheduled: FirstScheduled,
+        event_tokens: dict[int, int] | None = None,
     ) -> None:
         """The bulk-token interface (the in-process steady-decode paths): one
         token per request in `ids` and per time in `times`, except that a
         request in `finishing` gets only its first `finishing[id]` here (its
         last comes with its finish event). `first_scheduled` gives the node's
-        first scheduled time of a request it names."""
-        self._runs.receive(node, ids, times, finishing, first_scheduled)
+        first scheduled time of a request it names; `event_tokens[i]` the
+        tokens of the node's outputs that reach `on_node_events` at
+        `times[i]` (the same batch of outputs, for the API server)."""
+        self._runs.receive(node, ids, times, finishing, first_scheduled, event_tokens)
 
     def flush_token_runs(self) -> None:
         """Hand every open token run to the client (at the end of a run)."""
@@ -312,14 +345,16 @@ class Proxy:
             return
         req.marks["decode_admission" if not is_prefill and "prefill" in req.marks else "queue"] = time
 
-    def first_token(self, req: ProxiedRequest, now: float) -> None:
-        """The request's first token reached the proxy at `now`: its TTFT's
-        parts go to the client. (Phase 1's `FrontEnd.tokens_visible_at` will
-        move the client's time, and so `to_client`; today it is `now`.)"""
+    def first_token(self, req: ProxiedRequest, now: float, seen: float) -> None:
+        """The request's first token reached the proxy at `now` and the
+        client at `seen` (the API server's streaming, `to_client`): its TTFT's
+        parts go to the client."""
         req.marks["first_decode_step" if "prefill" in req.marks else "prefill"] = now
-        self.client.ttft_breakdown(req.request_id, breakdown(req.arrival, req.marks, now))
+        self.client.ttft_breakdown(req.request_id, breakdown(req.arrival, req.marks, seen))
 
-    def _on_output(self, node: str, is_prefill: bool, req: ProxiedRequest, ev: OutputEvent, now: float) -> None:
+    def _on_output(
+        self, node: str, is_prefill: bool, req: ProxiedRequest, ev: OutputEvent, now: float, seen: float
+    ) -> None:
         rid, reason, params = req.request_id, ev.finish_reason, ev.kv_transfer_params
         if is_prefill:
             if reason is None:
@@ -336,14 +371,17 @@ class Proxy:
             # A first token that is EOS ends the request at the prefill node:
             # no hand-off; the client gets that token.
             if reason == "stop" and ev.new_token_ids:
-                self._tokens(req, ev.new_token_ids, now)
+                self._finish(req, reason, at=self._tokens(req, ev.new_token_ids, now, seen))
+                return
             self._finish(req, reason or "error")
             return
         # A decode node's unfinished outputs never come here (on_node_events streams them).
         assert reason is not None
         if ev.new_token_ids:
-            self._tokens(req, ev.new_token_ids, now)
-        assert reason is not None  # a decode node's unfinished outputs take the common path
+            seen = self._tokens(req, ev.new_token_ids, now, seen)
+        else:
+            # Nothing to stream: the finish goes out at once, after the tokens the client has.
+            seen = now if now > req.seen else req.seen
         why = ""
         if reason == "error":
             if params and "rejected" in params:
@@ -352,15 +390,23 @@ class Proxy:
                     self._log("rejected", rid, params["rejected"])
             else:
                 why = f"{node} finished it with an error"
-        self._finish(req, reason, ev.num_preemptions, why)
+        # The finish rides the last token's chunk: the client sees it then.
+        self._finish(req, reason, ev.num_preemptions, why, at=seen)
 
-    def _tokens(self, req: ProxiedRequest, tokens: list[int], now: float) -> None:
+    def _tokens(self, req: ProxiedRequest, tokens: list[int], now: float, seen: float) -> float:
+        """Pass `tokens` on; the client's time of them (not before its last)."""
         if not req.delivered:
-            self.first_token(req, now)
+            self.first_token(req, now, seen)
         req.delivered += len(tokens)
-        self.client.tokens(req.request_id, tokens, now)
+        if seen > req.seen:
+            req.seen = seen
+        self.client.tokens(req.request_id, tokens, req.seen)
+        return req.seen
 
-    def _finish(self, req: ProxiedRequest, reason: str, num_preemptions: int = 0, why: str = "") -> None:
+    def _finish(
+        self, req: ProxiedRequest, reason: str, num_preemptions: int = 0, why: str = "", at: float | None = None
+    ) -> None:
+        """`at`: when the client sees the finish (default: now)."""
         rid = req.request_id
         self._runs.close(rid)
         if reason == "error":
@@ -370,7 +416,7 @@ class Proxy:
         del self.requests[rid]
         if self._log is not None:
             self._log("finish", rid, reason, req.delivered)
-        self.client.finished(Finished(rid, reason, self.now(), num_preemptions, req.node))
+        self.client.finished(Finished(rid, reason, self.now() if at is None else at, num_preemptions, req.node))
 
     def _release(self, req: ProxiedRequest) -> None:
         if req.counted:

@@ -28,6 +28,9 @@ class ProxiedRequest:
     blocks: int = 0  # its prompt's blocks, counted in the proxy's active blocks of `node` while `counted`
     prefill_node: str = ""  # holds the prompt's blocks until the decode node pulls them
     delivered: int = 0  # tokens sent to the client
+    # When the client saw its last token: a stream re-routed from a node whose
+    # API server was behind never shows a later token earlier than that.
+    seen: float = 0.0
     # When each part of its TTFT ended (proxy/breakdown.py), until its first token.
     marks: dict[str, float] = field(default_factory=dict)
 

@@ -3,7 +3,7 @@ docs/cost-model.md "The P/D hand-off"): the HTTP legs it spends between a
 client's request and the decode node's first token, and where the API
 server's front end plugs in.
 
-    arrival -> front end ready     `FrontEnd.request_ready_at` (phase 1; none yet)
+    arrival -> front end ready     `FrontEnd.request_ready_at` (parse, template, tokenize, IPC)
             -> prefill request     `prefill_request_s`: the prompt-only request
                                    (`max_tokens=1`, `do_remote_decode`) to a
                                    prefill instance's HTTP server
@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from engine.front_end import FrontEndParams, OutputStream
 from engine.setting import MAX_TERM_S, setting
 
 
@@ -55,22 +56,23 @@ class ProxyTimeline:
 
 
 class FrontEnd(Protocol):
-    """The API server's time (phase 1, `engine/front_end.py`): when a
-    request that reached the server at `now` is ready to route (parse, chat
-    template, tokenization), and when `num_tokens` tokens leaving the engine
-    at `now` reach the client (detokenization, SSE)."""
+    """The API server's time (`engine/front_end.py`): when a request that
+    reached the server at `now` is ready to route (parse, chat template,
+    tokenization, IPC), and, per node, the output side that says when the
+    tokens of a batch of that node's outputs reach the client
+    (IPC, detokenization, SSE)."""
 
     def request_ready_at(self, now: float, prompt_len: int) -> float: ...
 
-    def tokens_visible_at(self, now: float, num_tokens: int) -> float: ...
+    def output_stream(self) -> OutputStream: ...
 
 
 class NoFrontEnd:
-    """No API-server time: what the proxy does until the phase-1 front end
-    is plugged in (`ProxyPorts.front_end`)."""
+    """No API-server time: the engine gets a request when it is submitted,
+    the client a token when it reaches the proxy."""
 
     def request_ready_at(self, now: float, prompt_len: int) -> float:
         return now
 
-    def tokens_visible_at(self, now: float, num_tokens: int) -> float:
-        return now
+    def output_stream(self) -> OutputStream:
+        return OutputStream(FrontEndParams())

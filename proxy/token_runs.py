@@ -14,6 +14,16 @@ first: any other event of it, a finish, a routing, its node's death), and
 at the end of a run. The client then holds exactly what handing each
 receipt over at once leaves.
 
+The client's time of a token is not the receipt's: the node's API server
+streams each receipt's tokens after the receipts before it
+(`OutputStream`, engine/front_end.py). That depends only on the receipts
+before, so it is computed at each receipt, in time order, into a second
+list beside the receipt times: one call per receipt, as the eager path
+makes. A receipt's outputs that come as separate events at the same time
+(a finish, events after a `SteadyTokens`) count in its batch
+(`event_tokens`); the stream keeps that batch's time for them
+(`OutputStream.pending`).
+
 A request in an open run is one the proxy would pass tokens on for: it is in
 flight and routed to that node. Everything that could change that closes
 the run first.
@@ -23,6 +33,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Protocol
+
+from engine.front_end import OutputStream
 
 from .client import ClientPort
 from .requests import ProxiedRequest
@@ -48,14 +60,19 @@ class RunsHost(Protocol):
 
     def mark_scheduled(self, req: ProxiedRequest, is_prefill: bool, time: float | None) -> None: ...
 
-    def first_token(self, req: ProxiedRequest, now: float) -> None: ...
+    def first_token(self, req: ProxiedRequest, now: float, seen: float) -> None: ...
+
+    def output_stream(self, node: str) -> OutputStream: ...
 
 
 class _NodeRuns:
-    __slots__ = ("times", "open", "synced")
+    __slots__ = ("times", "seen", "stream", "open", "synced")
 
-    def __init__(self) -> None:
+    def __init__(self, stream: OutputStream) -> None:
         self.times: list[float] = []  # every steady receipt's time, in order
+        # When the client sees each receipt's tokens (the same list with no API server).
+        self.seen: list[float] = self.times if stream.is_off else []
+        self.stream = stream
         # request id -> (the request, index into `times` of its run's first token)
         self.open: dict[str, tuple[ProxiedRequest, int]] = {}
         # The ids of the last receipt if the open runs are exactly those and
@@ -76,13 +93,15 @@ class TokenRuns:
         times: list[float],
         finishing: dict[str, int] | None,
         first_scheduled: FirstScheduled,
+        event_tokens: dict[int, int] | None = None,
     ) -> None:
         """One token per request named and per time in `times`, except that
         a request in `finishing` gets only the first `finishing[id]` here (its
-        last token comes with its finish)."""
+        last token comes with its finish); `event_tokens[i]`: tokens the
+        node's receipt at `times[i]` brings as events besides."""
         runs = self._nodes.get(node)
         if runs is None:
-            runs = self._nodes[node] = _NodeRuns()
+            runs = self._nodes[node] = _NodeRuns(self.proxy.output_stream(node))
         base = len(runs.times)
         open_ = runs.open
         if ids != runs.synced:
@@ -102,6 +121,8 @@ class TokenRuns:
                         self._join(node, runs, rid, base, len(times), finishing, first_scheduled)
                 runs.synced = ids if open_.keys() == named else None
         runs.times.extend(times)
+        if runs.seen is not runs.times:
+            runs.seen.extend(_visible(runs.stream, len(ids), times, finishing, event_tokens))
         if finishing:
             for rid, n in finishing.items():
                 if rid in open_:
@@ -148,9 +169,13 @@ class TokenRuns:
         # far; the client's positions are those of the original prompt.)
         first = req.delivered
         if not first:
-            self.proxy.first_token(req, runs.times[start])
+            self.proxy.first_token(req, runs.times[start], runs.seen[start])
         req.delivered += end - start
-        self.proxy.client.token_run(rid, first, runs.times[start:end])
+        seen = runs.seen[start:end]
+        if seen[0] < req.seen:  # re-routed from a node whose API server was behind
+            seen = [t if t > req.seen else req.seen for t in seen]
+        req.seen = seen[-1]
+        self.proxy.client.token_run(rid, first, seen)
 
     def close(self, rid: str) -> None:
         """Hand the request's open run, if it has one, to the client."""
@@ -170,3 +195,31 @@ class TokenRuns:
 
     def has_open(self) -> bool:
         return bool(self._node_of_run)
+
+
+def _visible(
+    stream: OutputStream,
+    batch: int,
+    times: list[float],
+    finishing: dict[str, int] | None,
+    event_tokens: dict[int, int] | None,
+) -> list[float]:
+    """The client's time of each receipt's tokens: receipt `i` holds a token
+    of each of the `batch` requests named but those with `finishing[id] <= i`
+    (at `finishing[id]` a request's last token comes in an event, after it
+    none), and `event_tokens[i]` more (those events' tokens)."""
+    if not finishing and not event_tokens:
+        return stream.batches_visible_at(times, [batch] * len(times))
+    leaving: dict[int, int] = {}
+    for n in (finishing or {}).values():
+        leaving[n] = leaving.get(n, 0) + 1
+    events = event_tokens or {}
+    sizes = []
+    for i in range(len(times)):
+        batch -= leaving.get(i, 0)
+        sizes.append(batch + events.get(i, 0))
+    out = stream.batches_visible_at(times, sizes)
+    for i, extra in events.items():
+        if extra:
+            stream.pending[times[i]] = out[i]  # its events reach `Proxy.on_node_events` at `times[i]`
+    return out

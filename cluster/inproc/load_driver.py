@@ -44,7 +44,16 @@ class LoadDriver:
         self.in_flight += 1
         self.proxy.submit([Submission.of(w)])
 
-    def _finished(self) -> None:
+    def _finished(self, seen: float) -> None:
+        """A request finished; its client sees that at `seen` (the API
+        server streams the last chunk after the proxy has it), and only
+        then has a free slot for the next request."""
+        if seen > self.loop.now():
+            self.loop.at(seen, self._free_slot)
+        else:
+            self._free_slot()
+
+    def _free_slot(self) -> None:
         self.in_flight -= 1
         if self.backlog:
             self.arrive(self.backlog.pop(0))

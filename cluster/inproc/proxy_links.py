@@ -83,10 +83,17 @@ class InProcProxyLinks:
         assert self.proxy is not None
         first = events[0] if events else None
         if isinstance(first, SteadyTokens):
-            self.proxy.on_steady_tokens(
-                node.name, first.request_ids, [self.loop.now()], None, node.core.first_scheduled_time
-            )
             events = events[1:]
+            # The events after it are of the same batch, for the API server's streaming.
+            extra = sum(len(ev.new_token_ids) for ev in events if type(ev) is OutputEvent)
+            self.proxy.on_steady_tokens(
+                node.name,
+                first.request_ids,
+                [self.loop.now()],
+                None,
+                node.core.first_scheduled_time,
+                {0: extra} if extra else None,
+            )
         if events:
             # A SteadyTokens only ever leads a batch (node/role.py): the rest are events.
             self.proxy.on_node_events(node.name, cast(list[NodeEvent], events))
@@ -111,12 +118,18 @@ class InProcProxyLinks:
         assert arrivals == ends, "the fast-forward runs only over an ideal proxy link"
         # A request finishing in these steps gets its last token with its finish.
         finishing = {ev.request_id: j - 1 for j, events in finished.items() for ev in events}
-        self.loop.at(ends[0], self._receive_steady, node, ids, ends, finishing or None)
+        event_tokens = {j - 1: sum(len(ev.new_token_ids) for ev in events) for j, events in finished.items()}
+        self.loop.at(ends[0], self._receive_steady, node, ids, ends, finishing or None, event_tokens or None)
         for j, events in finished.items():
             self.loop.at(ends[j - 1], self._receive, node, events)
 
     def _receive_steady(
-        self, node: NodeRole, ids: list[str], times: list[float], finishing: dict[str, int] | None
+        self,
+        node: NodeRole,
+        ids: list[str],
+        times: list[float],
+        finishing: dict[str, int] | None,
+        event_tokens: dict[int, int] | None,
     ) -> None:
         assert self.proxy is not None
-        self.proxy.on_steady_tokens(node.name, ids, times, finishing, node.core.first_scheduled_time)
+        self.proxy.on_steady_tokens(node.name, ids, times, finishing, node.core.first_scheduled_time, event_tokens)

@@ -24,8 +24,8 @@ class ClientRecords:
         # Serving (`bench/serve/driver.py`): ids of requests whose record changed
         # since the server last looked, so it wakes only their handlers. None: off.
         self.touched: set[str] | None = None
-        # Called after each finish (the load driver's closed loop).
-        self.on_finish: Callable[[], None] | None = None
+        # Called after each finish with the time the client sees it (the load driver's closed loop).
+        self.on_finish: Callable[[float], None] | None = None
         # A fleet run's streaming (`InProcCluster(stream=...)`): finished records
         # are handed over in batches of `stream_batch` and forgotten. None: kept.
         self.on_done_batch: Callable[[list[RequestRecord]], None] | None = None
@@ -93,7 +93,7 @@ class ClientRecords:
             if len(self._done) >= self.stream_batch:
                 self.flush_done()
         if self.on_finish is not None:
-            self.on_finish()
+            self.on_finish(event.time)
 
     def flush_done(self) -> None:
         """Hand the finished records over and forget them (streaming only)."""

@@ -120,6 +120,9 @@ def random_scenario(rng: random.Random) -> tuple[dict, list[WorkloadRequest], in
         # blocks held by two requests at once.
         prefixes = [(segment_key(f"system/{k}"), rng.choice([8, 40, 100])) for k in range(rng.randint(1, 3))]
         workload = [with_prefix(w, rng.choice(prefixes)) for w in workload]
+    # The API server's streaming (engine/front_end.py `OutputStream`): off,
+    # the default preset, and one slower than a step, so batches queue.
+    cluster["front_end"] = rng.choice([{"preset": "off"}, {}, {"output_token_us": 3000.0}])
     return cluster, workload, max_concurrency
 
 

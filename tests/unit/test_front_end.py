@@ -68,3 +68,32 @@ def test_bad_front_end_settings_name_the_field(doc, fragment):
         ClusterSpec.model_validate({"front_end": doc})
     with pytest.raises(ValueError, match=r"front_end.output_token_us=-2 is invalid; allowed: >= 0"):
         checked_front_end({"output_token_us": -2})  # a preset's or a fitted file's terms
+
+
+def test_a_nodes_output_batches_are_streamed_in_turn():
+    stream = _fe(request_ms=50.0, output_token_us=500.0, ipc_ms=1.0).output_stream()
+    # A batch of 4 tokens at 10 ms: 1 ms across, then 2 ms of streaming; every token seen at its end.
+    assert stream.batch_visible_at(0.010, 4) == pytest.approx(0.013)
+    # The next batch crosses by 12 ms but waits for the first: 13 ms + 1 ms.
+    assert stream.batch_visible_at(0.011, 2) == pytest.approx(0.014)
+    # An empty batch streams nothing and holds nothing up.
+    assert stream.batch_visible_at(0.012, 0) == 0.012
+    # After the server went idle, a batch waits only for its own crossing.
+    assert stream.batch_visible_at(0.100, 1) == pytest.approx(0.1015)
+    # The request side is another queue: its 50 ms per request delay no stream.
+    other = _fe(request_ms=50.0, output_token_us=500.0, ipc_ms=1.0)
+    other.request_ready_at(0.0, 10)
+    assert other.output_stream().batch_visible_at(0.010, 4) == pytest.approx(0.013)
+
+
+def test_an_off_stream_shows_tokens_when_they_reach_the_proxy():
+    stream = FrontEnd(front_end_params("off", request_ms=5.0)).output_stream()
+    assert stream.is_off and stream.batch_visible_at(2.5, 3) == 2.5
+
+
+def test_batches_at_once_are_the_batches_one_by_one():
+    times, sizes = [0.010, 0.011, 0.012, 0.100], [4, 2, 0, 1]
+    one = _fe(output_token_us=500.0, ipc_ms=1.0).output_stream()
+    bulk = _fe(output_token_us=500.0, ipc_ms=1.0).output_stream()
+    assert bulk.batches_visible_at(times, sizes) == [one.batch_visible_at(t, n) for t, n in zip(times, sizes)]
+    assert bulk.batch_visible_at(0.1, 3) == one.batch_visible_at(0.1, 3)  # and leave the server in the same state

@@ -96,9 +96,9 @@ def test_the_api_server_serves_requests_in_turn_before_the_proxy_routes_them():
     assert parts_of(reqs["b"])["front_end"] == pytest.approx(0.011, abs=1e-12)
     assert parts_of(reqs["c"])["front_end"] == pytest.approx(0.008, abs=1e-12)
     for r in reqs.values():
-        # Detokenization and streaming (`FrontEnd.tokens_visible_at`) are not
-        # applied to the client's token times yet: `to_client` stays 0.
-        assert parts_of(r)["to_client"] == 0.0
+        # The first token crosses back to the API server (5 ms of IPC) and is
+        # streamed at no cost (output_token_us 0): `to_client` is the IPC.
+        assert parts_of(r)["to_client"] == pytest.approx(0.005, abs=1e-12)
         assert math.fsum(parts_of(r).values()) == pytest.approx(r.ttft, abs=1e-9)
 
 
