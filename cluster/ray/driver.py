@@ -88,6 +88,26 @@ class LoadDriver:
             self.last_event = self.clock.now()  # the stall watchdog counts from here
             self.submit(batch)
 
+    def _free_slot_at(self, t: float) -> None:
+        """A finished request's slot frees when its client sees the finish: at
+        `t`, its stamped time, which the API server's streaming of the last
+        chunk can put after the event reached the driver. A closed-loop client
+        sends its next request only then (as in-process: cluster/inproc/records.py)."""
+        delay = t - self.clock.now()
+        if delay <= 0 or self.max_concurrency is None:
+            self.in_flight -= 1
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # driven by hand, without a loop: nothing can wait
+            self.in_flight -= 1
+            return
+        loop.call_later(delay, self._free_slot)
+
+    def _free_slot(self) -> None:
+        self.in_flight -= 1
+        self._release_backlog()
+
     # -- the client stream ----------------------------------------------------------
     async def consume(self, stream: AsyncIterator[ActorRef]) -> None:
         """The proxy's `stream` (a Ray streaming generator): a ref per batch of client events."""
@@ -106,9 +126,9 @@ class LoadDriver:
             rec = records.get(ev.request_id)
             if rec is not None and apply_to_record(rec, ev):
                 assert isinstance(ev, Finished)
-                self.in_flight -= 1
                 self.finished += 1
                 finished.append((ev.node, rec))
+                self._free_slot_at(ev.time)
         if finished and self.on_finished is not None:
             self.on_finished(finished)
         if finished:
