@@ -233,6 +233,8 @@ class ServeApp:
             await self._wait(stream)
             stream.seen = len(rec.output_token_ids)
         self.driver.release(stream)
+        if rec.finish_time is not None:  # the answer leaves when the record says the client has it
+            await self.driver.wait_until(rec.finish_time)
         try:
             reason = self._finish_reason(stream)
         except ApiError as err:
@@ -294,21 +296,29 @@ class ServeApp:
         role_sent = req.kind != "chat"
         while True:
             await self._wait(stream)
-            if not role_sent:
-                # vLLM sends the role with the first output, not before: a client's TTFT starts there.
-                await send(self._chunk(req, stream, "", None, first=True))
-                role_sent = True
-            ids = rec.output_token_ids
-            new = ids[stream.seen :]
-            stream.seen = len(ids)
-            for token in new:
+            end = len(rec.output_token_ids)
+            new = rec.output_token_ids[stream.seen : end]
+            times = rec.token_times[stream.seen : end]
+            for token, t in zip(new, times):
+                # A token leaves no earlier than its stamped time (the simulation
+                # produces it earlier: the API server's token side is still ahead).
+                await self.driver.wait_until(t)
+                if not role_sent:
+                    # vLLM sends the role with the first output, not before: a client's TTFT starts there.
+                    await send(self._chunk(req, stream, "", None, first=True))
+                    role_sent = True
+                stream.seen += 1
                 word = self.tok.token_text(token)
                 if word:
                     await send(self._chunk(req, stream, (" " if any_text else "") + word, None, first=False))
                     any_text = True
-            if rec.finish_reason is not None:
+            if rec.finish_reason is not None and stream.seen == len(rec.output_token_ids):
                 break
         self.driver.release(stream)  # done in the engine: counted before the client hears the end
+        if rec.finish_time is not None:  # the finish rides the last token, or comes later
+            await self.driver.wait_until(rec.finish_time)
+        if not role_sent:  # no token at all (a request that failed before its first)
+            await send(self._chunk(req, stream, "", None, first=True))
         try:
             reason = self._finish_reason(stream)
         except ApiError as err:

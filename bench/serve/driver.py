@@ -65,6 +65,9 @@ class PacedCluster(ServeDriver):
     def virtual_now(self) -> float:
         return (time.monotonic() - self._start) / self.time_scale
 
+    def clock_origin(self) -> tuple[float, float]:
+        return self._start, self.time_scale
+
     def start(self) -> None:
         self._start = time.monotonic()
         self._task = asyncio.get_running_loop().create_task(self._drive())

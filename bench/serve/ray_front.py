@@ -96,6 +96,10 @@ class RouterDriver(ServeDriver):
         for node, records in by_node.items():
             self._last_update[node] = self.nodes[node].observe_requests.remote(records)
 
+    def clock_origin(self) -> tuple[float, float]:
+        # Run seconds are wall seconds on Ray (a node sleeps its steps x time_scale).
+        return self.clock.epoch, 1.0
+
     # -- the cluster's side of a request -------------------------------------------------
     def _submit(self, w: WorkloadRequest) -> RequestRecord:
         rec = self.records[w.request_id] = RequestRecord(

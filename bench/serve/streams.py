@@ -12,6 +12,7 @@ current; the HTTP handlers (`app.py`) read that record. Two drivers:
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -69,6 +70,11 @@ class ServeDriver:
     def advance(self) -> None:
         """Bring the records up to now (the in-process clock runs on demand)."""
 
+    def clock_origin(self) -> tuple[float, float]:
+        """The run's clock on the wall: (the `time.monotonic()` value of run
+        time 0, wall seconds per run second)."""
+        raise NotImplementedError
+
     def _submit(self, w: WorkloadRequest) -> RequestRecord:
         raise NotImplementedError
 
@@ -86,6 +92,23 @@ class ServeDriver:
         """Per node: `requests` its scheduler knows, `errors` an idle node must
         not have (`NodeCore.end_of_run_errors`), `counters`."""
         raise NotImplementedError
+
+    # -- the run's clock on the wall ----------------------------------------------------
+    def wall_time(self, t: float) -> float:
+        """The `time.monotonic()` value at which run time `t` is due."""
+        origin, scale = self.clock_origin()
+        return origin + t * scale
+
+    async def wait_until(self, t: float) -> None:
+        """Return no earlier than run time `t` on the wall (at once if it has
+        passed). A record stamps a token with when its client sees it (the
+        engine's emit time plus the API server's token side,
+        engine/front_end.py), which is later than when the simulation
+        produces it: the handler holds each chunk until then, so a client
+        measures the stamped TTFT and ITL. asyncio's timers fire late, never
+        early (by more than the clock's resolution); the loop makes sure."""
+        while (delay := self.wall_time(t) - time.monotonic()) > 0:
+            await asyncio.sleep(delay)
 
     # -- requests ------------------------------------------------------------------------
     @property
@@ -159,6 +182,8 @@ class ServeDriver:
             }
         if name == "engine_state":
             return await self.engine_state()
+        if name == "clock_origin":
+            return self.clock_origin()
         if name == "set_max_pending":  # tests: a full queue without a second server
             (limit,) = args
             if type(limit) is not int or limit < 1:
@@ -166,5 +191,6 @@ class ServeDriver:
             self.max_pending = limit
             return None
         raise ValueError(
-            f"query {name!r} is unknown; allowed: last_finished, finished, counts, engine_state, set_max_pending"
+            f"query {name!r} is unknown; allowed: last_finished, finished, counts, engine_state, clock_origin, "
+            "set_max_pending"
         )

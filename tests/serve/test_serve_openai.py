@@ -102,6 +102,49 @@ def test_sse_wire_ends_with_done(server):
     assert len(events) == 4  # two tokens, the finish chunk, [DONE]
 
 
+@pytest.mark.parametrize("kind", ["completions", "chat/completions"])
+def test_no_chunk_leaves_before_its_stamped_time(server, kind):
+    """A record stamps each token with when its client sees it (the engine's
+    emit time plus the API server's token side: 20 ms of IPC and 0.1 ms a
+    token, engine/front_end.py, later than the simulation produces it). A
+    real client on loopback reads every chunk no earlier than that time on
+    the run's clock (the server's monotonic clock, which the client shares),
+    and the finish chunk no earlier than the finish. Causality only: a
+    loaded machine makes chunks later, never earlier."""
+    chat = kind != "completions"
+    fields = {"messages": [{"role": "user", "content": "a b c"}]} if chat else {"prompt": "a b c"}
+    body = json.dumps({"model": MODEL, "max_tokens": 24, "ignore_eos": True, "stream": True, **fields})
+    host, port = server.base_url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.request("POST", f"/v1/{kind}", body, {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    received: list[tuple[float, dict]] = []  # (time.monotonic() at read, chunk)
+    for line in resp:
+        if line.startswith(b"data: {"):
+            received.append((time.monotonic(), json.loads(line[6:])))
+    conn.close()
+    rec = last_record(server)
+    origin, scale = server.query("clock_origin")
+    assert received[0][1]["id"] == rec.request_id
+
+    def delta(chunk: dict) -> str | None:
+        choice = chunk["choices"][0]
+        return (choice["delta"].get("content") if chat else choice["text"]) or None
+
+    token_chunks = [(at, c) for at, c in received if c["choices"][0]["finish_reason"] is None and delta(c)]
+    stamps = [t for tok, t in zip(rec.output_token_ids, rec.token_times) if TOK.token_text(tok)]
+    assert len(token_chunks) == len(stamps) == 24
+    due = [origin + t * scale for t in stamps]  # time.monotonic() at each stamp
+    early = [(i, d - at) for i, ((at, _), d) in enumerate(zip(token_chunks, due)) if at < d]
+    assert not early, f"chunks read before their stamped time (index, seconds early): {early}"
+    if chat:  # the role rides the first token: not before it either
+        assert received[0][1]["choices"][0]["delta"].get("role") == "assistant"
+        assert received[0][0] >= due[0]
+    finish_at, finish = received[-1]
+    assert finish["choices"][0]["finish_reason"] == "length"
+    assert finish_at >= origin + rec.finish_time * scale
+
+
 def test_stop_token_ids_and_min_tokens(server):
     c = client(server)
     n = server.query("counts")["num_submitted"]

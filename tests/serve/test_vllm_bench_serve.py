@@ -75,6 +75,8 @@ def test_vllm_bench_serve_random_dataset(tmp_path, server):
     assert all(len(r.output_token_ids) == OUTPUT_LEN and r.finish_reason == "length" for r in runs)
     ttft, tpot = sim_latencies(runs)
     client = f"ttft client {result['mean_ttft_ms']:.2f} sim {ttft:.2f}"
-    print(f"{client}; tpot client {result['mean_tpot_ms']:.3f} sim {tpot:.3f}")
+    itls = [(b - a) * 1e3 for r in runs for a, b in zip(r.token_times, r.token_times[1:])]
+    itl = f"itl client {result['mean_itl_ms']:.3f} sim {sum(itls) / len(itls):.3f}"
+    print(f"{client}; tpot client {result['mean_tpot_ms']:.3f} sim {tpot:.3f}; {itl}")
     assert abs(result["mean_ttft_ms"] - ttft) <= ttft_margin_ms(ttft)
     assert abs(result["mean_tpot_ms"] - tpot) <= tpot_margin_ms(tpot)
