@@ -263,10 +263,10 @@ def table_metrics(metrics: list[str]) -> list[str]:
 
 def _names_only(threshold: str, variants: list[str]) -> bool:
     from .per_node import split_variant
-    from .scenario import _refs
+    from .scenario_checks import threshold_refs
     from .thresholds import parse_threshold
 
-    return all(split_variant(ref.variant)[0] in variants for ref in _refs(parse_threshold(threshold)))
+    return all(split_variant(ref.variant)[0] in variants for ref in threshold_refs(parse_threshold(threshold)))
 
 
 def outage_windows(scenario: Scenario, variants: list[str]) -> dict[str, list[tuple[float, float]]]:

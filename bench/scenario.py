@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import math
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +35,8 @@ from engine.records import WorkloadRequest
 
 from .errors import did_you_mean, format_validation_error, one_line
 from .input_files import read_regular_text
-from .per_node import split_variant
+from .scenario_checks import check_capacity, check_faults, check_prompts_fit, check_report, check_thresholds
 from .scenario_file import MAX_SCENARIO_BYTES, ScenarioError, ScenarioFile, Variant
-from .thresholds import Ref, ThresholdError, parse_threshold
 from .traces import TraceError, load_trace, require_trace_file
 from .workloads import generate_workload
 from .workloads.spec import WorkloadSpec
@@ -92,11 +90,11 @@ class Scenario:
         self._clusters = {v.name: self._cluster_for(v) for v in self.variants}
         self._workload_specs = {v.name: self._workload_spec_for(v) for v in self.variants}
         self._trace_cache: list[WorkloadRequest] | None = None
-        self._check_faults()
-        self._check_capacity()
-        self._check_prompts_fit()
-        self._check_report()
-        self._check_thresholds()
+        check_faults(self)
+        check_capacity(self)
+        check_prompts_fit(self)
+        check_report(self)
+        check_thresholds(self)
 
     # -- where an error points ------------------------------------------------------
     def _where(self, path: tuple, variant: Variant | None = None) -> str:
@@ -205,130 +203,6 @@ class Scenario:
                 )
             ) from None
 
-    # -- checks that need the whole scenario ----------------------------------------------
-    def _check_faults(self) -> None:
-        faults = self.file.faults
-        for i, fault in enumerate(faults):
-            kind, node = fault.kind, fault.node
-            for v in self.variants:
-                names = [ns.name for _, ns, _ in self._clusters[v.name].node_specs()]
-                if node not in names:
-                    raise self._fail(
-                        ("faults", i, kind),
-                        f"faults[{i}].{kind}={node!r} names no node of variant {v.name!r}"
-                        f"{did_you_mean(node, names)}; allowed: {', '.join(names)}",
-                    )
-            if kind == "restart" and not any(f.kill == node and f.at < fault.at for f in faults):
-                raise self._fail(
-                    ("faults", i, kind),
-                    f"faults[{i}].restart={node!r} at {fault.at:g} s follows no kill of it; allowed: after its kill",
-                )
-
-    def _check_capacity(self) -> None:
-        """vLLM's start-up check: a node's KV pool holds at least one max_model_len request."""
-        for v in self.variants:
-            spec = self._clusters[v.name]
-            for role, group in (("prefill", spec.prefill), ("decode", spec.decode)):
-                e = group.engine
-                if not group.count:
-                    continue
-                needed = -(-e.max_model_len // e.block_size)
-                assert isinstance(e.num_gpu_blocks, int)  # ("auto" is resolved when the spec is validated)
-                if e.num_gpu_blocks < needed:
-                    raise self._fail(
-                        ("cluster", role, "engine", "num_gpu_blocks"),
-                        f"cluster.{role}.engine: num_gpu_blocks={e.num_gpu_blocks} x block_size={e.block_size} "
-                        f"holds {e.num_gpu_blocks * e.block_size} tokens, less than one max_model_len="
-                        f"{e.max_model_len} request (variant {v.name!r}); allowed: num_gpu_blocks >= {needed}, or "
-                        f"max_model_len <= {e.num_gpu_blocks * e.block_size} (vLLM refuses to start such an engine)",
-                        v,
-                    )
-
-    def _check_prompts_fit(self) -> None:
-        """Every prompt fits the serving nodes' max_model_len (vLLM rejects longer prompts)."""
-        checked: set[tuple] = set()
-        for v in self.variants:
-            spec = self._clusters[v.name]
-            limits = [(r, g.engine.max_model_len) for r, g in (("prefill", spec.prefill), ("decode", spec.decode))]
-            role, limit = min(((r, m) for r, m in limits if (spec.prefill.count or r == "decode")), key=lambda x: x[1])
-            wspec = self._workload_specs[v.name]
-            if wspec is not None and _static_max(wspec.prompt_len) <= limit:
-                continue
-            for repeat in range(self.file.repeats):
-                seed = self.file.seed + repeat
-                key = (wspec.model_dump_json() if wspec is not None else "trace", seed if wspec else 0, limit)
-                if key in checked:
-                    continue
-                checked.add(key)
-                requests, _ = self.workload(v.name, seed)
-                over = [w.prompt_len for w in requests if w.prompt_len > limit]
-                if over:
-                    what = "workload.prompt_len" if wspec is not None else "trace"
-                    raise self._fail(
-                        ("workload", "prompt_len") if wspec is not None else ("trace", "path"),
-                        f"{what}: {len(over)} of {len(requests)} prompts (variant {v.name!r}, seed {seed}) are longer "
-                        f"than cluster.{role}.engine.max_model_len={limit} (the longest: {max(over)} tokens); allowed: "
-                        "prompts <= max_model_len (vLLM rejects longer ones) - cap the lengths (e.g. prompt_len.max) "
-                        "or raise max_model_len",
-                        v,
-                    )
-
-    def _check_report(self) -> None:
-        report = self.file.report
-        if report.baseline is not None and report.baseline not in self._clusters:
-            raise self._fail(
-                ("report", "baseline"),
-                f"report.baseline={report.baseline!r} is not a variant{did_you_mean(report.baseline, self._clusters)}; "
-                f"allowed: {', '.join(self._clusters)}",
-            )
-        known = self.known_metrics()
-        for i, metric in enumerate(report.metrics):
-            if metric not in known:
-                raise self._fail(
-                    ("report", "metrics", i),
-                    f"report.metrics[{i}]={metric!r} is not a metric of this scenario's results"
-                    f"{did_you_mean(metric, known)} (`disagg-sim schema --metrics` lists them)",
-                )
-        if report.best is not None and report.best.metric not in known:
-            metric = report.best.metric
-            raise self._fail(
-                ("report", "best", "metric"),
-                f"report.best.metric={metric!r} is not a metric of this scenario's results"
-                f"{did_you_mean(metric, known)} (`disagg-sim schema --metrics` lists them)",
-            )
-
-    def _check_thresholds(self) -> None:
-        """Thresholds parse, and every metric and variant they name exists."""
-        known = None
-        for i, text in enumerate(self.file.thresholds):
-            where = ("thresholds", i)
-            try:
-                tree = parse_threshold(text)
-            except ThresholdError as exc:
-                raise self._fail(where, f"thresholds[{i}]: {exc}") from None
-            for ref in _refs(tree):
-                variant, node = split_variant(ref.variant)
-                if variant not in self._clusters:
-                    raise self._fail(
-                        where,
-                        f"threshold {text!r} names variant {variant!r}{did_you_mean(variant, self._clusters)}; "
-                        f"allowed: {', '.join(self._clusters)}",
-                    )
-                nodes = [spec.name for _, spec, _ in self._clusters[variant].node_specs()]
-                if node is not None and node not in nodes:
-                    raise self._fail(
-                        where,
-                        f"threshold {text!r} names node {node!r} of variant {variant!r}{did_you_mean(node, nodes)}; "
-                        f"allowed: {', '.join(nodes)}",
-                    )
-                known = known if known is not None else self.known_metrics()
-                if ref.metric not in known:
-                    raise self._fail(
-                        where,
-                        f"threshold {text!r} names metric {ref.metric!r}, which this scenario's results do not have"
-                        f"{did_you_mean(ref.metric, known)} (`disagg-sim schema --metrics` lists them)",
-                    )
-
     def known_metrics(self) -> set[str]:
         """Every metric name this scenario's results will carry."""
         if getattr(self, "_known", None) is None:
@@ -382,31 +256,8 @@ class Scenario:
         return Scenario(raw, self.source, self.lines, {**self.overrides, **overrides}, origins)
 
 
-def _static_max(spec: Any) -> float:
-    """The longest length a distribution can draw, or inf when it is unbounded."""
-    kind = spec.kind
-    top = {"fixed": lambda: spec.value, "uniform": lambda: spec.high, "sharegpt_like": lambda: 1024}.get(kind)
-    bound = float(top()) if top is not None else math.inf
-    if kind == "empirical":
-        from .workloads.lengths import load_empirical_cdf
-
-        bound = float(max(load_empirical_cdf(spec.path)[0]))
-    if spec.max is not None:
-        bound = min(bound, float(spec.max))
-    return max(bound, float(spec.min))
-
-
 def _dotted(path: tuple) -> str:
     return ".".join(str(p) for p in path)
-
-
-def _refs(tree):
-    """Every metric[variant] reference in a parsed threshold."""
-    if isinstance(tree, Ref):
-        yield tree
-    elif isinstance(tree, (tuple, list)):
-        for part in tree:
-            yield from _refs(part)
 
 
 def set_dotted(raw: dict, key: str, value: Any, where: str) -> None:
