@@ -32,7 +32,7 @@ from .cluster import RayClusterHandle
 from .handles import ActorRef
 from .observe import ObserverFactory
 from .proxy import FrontFactory
-from .runtime import CALL_TIMEOUT_S, START_LEAD_S, _RayRun
+from .ray_run import CALL_TIMEOUT_S, START_LEAD_S, RayRun
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class RayServing:
     ) -> None:
         if not handle.started or handle.closed:
             raise RuntimeError("RayServing: the RayClusterHandle is not open; use it as a context manager")
-        self.run = _RayRun(handle, spec, seed, None, observer_factory)
+        self.run = RayRun(handle, spec, seed, None, observer_factory)
         self.front_factory = front_factory
         self.front_args = front_args
         self.port: int | None = None
