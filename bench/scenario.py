@@ -78,7 +78,7 @@ class Scenario:
                 "allowed: printable text"
             )
         try:
-            self.file = ScenarioFile.model_validate(raw)
+            self.file = ScenarioFile.model_validate(raw, context=self._validation_context)
         except ValidationError as exc:
             raise ScenarioError(format_validation_error(exc, ScenarioFile, source, locate=self._where)) from None
         self.raw = raw
@@ -95,6 +95,11 @@ class Scenario:
         check_prompts_fit(self)
         check_report(self)
         check_thresholds(self)
+
+    @property
+    def _validation_context(self) -> dict[str, Path]:
+        # Relative file paths in the scenario (empirical lengths) are its directory's, as trace.path is.
+        return {"base_dir": Path(self.source).parent.resolve()}
 
     # -- where an error points ------------------------------------------------------
     def _where(self, path: tuple, variant: Variant | None = None) -> str:
@@ -195,7 +200,7 @@ class Scenario:
         if raw.get("workload") is None:
             return None
         try:
-            return WorkloadSpec.model_validate(raw["workload"])
+            return WorkloadSpec.model_validate(raw["workload"], context=self._validation_context)
         except ValidationError as exc:
             raise ScenarioError(
                 format_validation_error(

@@ -94,3 +94,17 @@ class StrictModel(BaseModel):
     # allow_inf_nan=False: an infinite or NaN number is never a usable setting
     # (NaN corrupts the event queue's ordering; inf never fires).
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def scenario_relative(path: str, context: dict[str, Any] | None) -> tuple[str, str]:
+    """A file path a scenario names, and how it was taken: relative to the scenario file's directory
+    (validation context `base_dir`, set by bench/scenario.py) unless absolute, as trace.path is
+    (bench/traces.py); without a scenario (a spec built in code) the working directory's."""
+    from pathlib import Path
+
+    base = (context or {}).get("base_dir")
+    if Path(path).is_absolute():
+        return path, "an absolute path"
+    if base is None:
+        return path, "relative to the working directory"
+    return str(Path(base) / path), f"relative to the scenario file's directory, {base}"

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from cluster.settings_base import scenario_relative
 
 # Longest length a distribution may name (tokens): far above any model's
 # context, low enough that a typo is refused at load.
@@ -142,7 +144,8 @@ def load_empirical_cdf(path: str) -> tuple[tuple[int, ...], tuple[float, ...]]:
     """
     p = Path(path)
     if not p.is_file():
-        # Shown resolved: a relative path is the working directory's (not the scenario file's, as a trace's is).
+        # Shown resolved: a relative path here is the working directory's (a scenario file's were resolved
+        # against its directory when it was validated).
         how = "an absolute path" if p.is_absolute() else f"relative to the working directory, {Path.cwd()}"
         raise EmpiricalCDFError(f"{path}: empirical CDF file not found at {p.resolve()} ({how})")
     values: list[int] = []
@@ -182,10 +185,22 @@ def load_empirical_cdf(path: str) -> tuple[tuple[int, ...], tuple[float, ...]]:
 
 
 class EmpiricalLengths(_LengthBase):
-    """Inverse-CDF sampling from a `value,cdf` CSV: the smallest value whose cdf >= u."""
+    """Inverse-CDF sampling from a `value,cdf` CSV (`path`: relative to the scenario file's directory, as
+    `trace.path` is): the smallest value whose cdf >= u."""
 
     kind: Literal["empirical"] = "empirical"
     path: str
+
+    @field_validator("path", mode="after")
+    @classmethod
+    def _relative_to_the_scenario(cls, path: str, info: ValidationInfo) -> str:
+        """A relative path in a scenario file is the scenario file's directory's, as a trace's is
+        (cluster/settings_base.py `scenario_relative`); kept resolved, so the results say which file was
+        read. Without a scenario (a spec built in code) it stays the working directory's."""
+        where, how = scenario_relative(path, info.context)
+        if where != path and not Path(where).is_file():
+            raise EmpiricalCDFError(f"{path}: empirical CDF file not found at {where} ({how})")
+        return where
 
     @model_validator(mode="after")
     def _load(self):

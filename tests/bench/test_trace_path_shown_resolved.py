@@ -1,8 +1,8 @@
 """A scenario's missing trace is shown where it was looked for: the absolute
 path, and what a relative `trace.path` is relative to (the scenario file's
-directory, not the working directory) — from the CLI, run elsewhere. A
-missing empirical lengths file likewise (its path is the working
-directory's)."""
+directory, not the working directory) — from the CLI, run elsewhere. An
+empirical lengths file likewise: relative to the scenario file, found there
+from any working directory, and its results name the file read."""
 
 from __future__ import annotations
 
@@ -76,9 +76,26 @@ def test_a_missing_empirical_lengths_file_is_shown_resolved_too(tmp_path):
     doc["workload"]["prompt_len"] = {"kind": "empirical", "path": "lengths_cdf.csv"}
     (tmp_path / "exp").mkdir()
     (tmp_path / "exp" / "s.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    shutil.copy(ROOT / "tests" / "data" / "lengths_cdf.csv", tmp_path)  # beside the working directory: not read
     done = _cli(tmp_path, "validate", "exp/s.yaml")
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr.endswith(
-        f": workload.prompt_len: lengths_cdf.csv: empirical CDF file not found at {tmp_path / 'lengths_cdf.csv'} "
-        f"(relative to the working directory, {tmp_path})\n"
+    exp = tmp_path / "exp"
+    assert "lengths_cdf.csv: empirical CDF file not found at " in done.stderr, done.stderr
+    assert done.stderr.endswith(f"{exp / 'lengths_cdf.csv'} (relative to the scenario file's directory, {exp})\n"), (
+        done.stderr
     )
+
+
+def test_an_empirical_lengths_file_beside_the_scenario_is_read_from_anywhere(tmp_path):
+    from bench.scenario import load_scenario
+
+    doc = copy.deepcopy(BASE)
+    doc["workload"]["prompt_len"] = {"kind": "empirical", "path": "lengths_cdf.csv"}
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "s.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    shutil.copy(ROOT / "tests" / "data" / "lengths_cdf.csv", tmp_path / "exp")
+    scenario = load_scenario(tmp_path / "exp" / "s.yaml")  # the working directory is the repository's
+    spec = scenario.workload_spec(scenario.variant_names[0])
+    assert spec.prompt_len.path == str(tmp_path / "exp" / "lengths_cdf.csv")
+    lengths = {r.prompt_len for r in scenario.workload(scenario.variant_names[0], seed=0)[0]}
+    assert lengths <= {16, 64, 256}
