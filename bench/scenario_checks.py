@@ -9,17 +9,35 @@ value."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+
+from cluster.spec import ClusterSpec
+from engine.records import WorkloadRequest
 
 from .errors import did_you_mean
 from .per_node import split_variant
+from .scenario_file import ScenarioError, ScenarioFile, Variant
 from .thresholds import Ref, ThresholdError, parse_threshold
-
-if TYPE_CHECKING:
-    from .scenario import Scenario
+from .workloads.spec import WorkloadSpec
 
 
-def check_faults(sc: Scenario) -> None:
+class CheckedScenario(Protocol):
+    """What the checks read of a scenario (`bench.scenario.Scenario`, which
+    runs them at load)."""
+
+    file: ScenarioFile
+    variants: list[Variant]
+    _clusters: dict[str, ClusterSpec]
+    _workload_specs: dict[str, WorkloadSpec | None]
+
+    def _fail(self, path: tuple, message: str, variant: Variant | None = None) -> ScenarioError: ...
+
+    def workload(self, variant: str, seed: int) -> tuple[list[WorkloadRequest], int | None]: ...
+
+    def known_metrics(self) -> set[str]: ...
+
+
+def check_faults(sc: CheckedScenario) -> None:
     faults = sc.file.faults
     for i, fault in enumerate(faults):
         kind, node = fault.kind, fault.node
@@ -38,7 +56,7 @@ def check_faults(sc: Scenario) -> None:
             )
 
 
-def check_capacity(sc: Scenario) -> None:
+def check_capacity(sc: CheckedScenario) -> None:
     """vLLM's start-up check: a node's KV pool holds at least one max_model_len request."""
     for v in sc.variants:
         spec = sc._clusters[v.name]
@@ -59,7 +77,7 @@ def check_capacity(sc: Scenario) -> None:
                 )
 
 
-def check_prompts_fit(sc: Scenario) -> None:
+def check_prompts_fit(sc: CheckedScenario) -> None:
     """Every prompt fits the serving nodes' max_model_len (vLLM rejects longer prompts)."""
     checked: set[tuple] = set()
     for v in sc.variants:
@@ -89,7 +107,7 @@ def check_prompts_fit(sc: Scenario) -> None:
                 )
 
 
-def check_report(sc: Scenario) -> None:
+def check_report(sc: CheckedScenario) -> None:
     report = sc.file.report
     if report.baseline is not None and report.baseline not in sc._clusters:
         raise sc._fail(
@@ -114,7 +132,7 @@ def check_report(sc: Scenario) -> None:
         )
 
 
-def check_thresholds(sc: Scenario) -> None:
+def check_thresholds(sc: CheckedScenario) -> None:
     """Thresholds parse, and every metric and variant they name exists."""
     known = None
     for i, text in enumerate(sc.file.thresholds):

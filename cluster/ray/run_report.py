@@ -5,7 +5,7 @@ pulls, kills and restarts, the step-time distortion."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from engine.records import WorkloadRequest
 from engine.sampler import DeterministicSampler
@@ -15,16 +15,33 @@ from ..distortion import StepTimingRow, step_distortion, summarize
 from ..invariants import check_requests
 from ..run_result import RunResult, kv_pull_summary
 from ..spec import ClusterSpec
+from .cluster import RayClusterHandle
 from .driver import LoadDriver
+from .handles import ActorInfo, ActorRef
+from .observe import DriverObservation
 from .placement import describe_placement
 from .proxy import ProxyStats
 
-if TYPE_CHECKING:
-    from .ray_run import RayRun
+
+class FinishedRun(Protocol):
+    """What the result reads of a run (`RayRun`, cluster/ray/ray_run.py, which
+    calls `ray_run_result` at its end)."""
+
+    spec: ClusterSpec
+    seed: int
+    handle: RayClusterHandle
+    nodes: dict[str, ActorRef]
+    roles: dict[str, str]
+    info: dict[str, ActorInfo]
+    killed: dict[str, float]
+    kill_times: dict[str, list[float]]
+    restart_times: dict[str, list[float]]
+    kv_tls_note: str
+    observation: DriverObservation | None
 
 
 def ray_run_result(
-    run: RayRun,
+    run: FinishedRun,
     driver: LoadDriver,
     workload: list[WorkloadRequest],
     reports: dict[str, NodeReport | BaseException],
@@ -125,7 +142,7 @@ def _pp_size(spec: ClusterSpec, name: str) -> int:
     return spec.decode.pp_size if name.startswith("decode") else spec.prefill.pp_size
 
 
-def _placement(run: RayRun) -> dict[str, str | None]:
+def _placement(run: FinishedRun) -> dict[str, str | None]:
     """Actor -> Ray node id (proxy, nodes, and each decode node's stages)."""
     out: dict[str, str | None] = {}
     for name, info in run.info.items():

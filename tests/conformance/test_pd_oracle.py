@@ -20,7 +20,10 @@ import v1_harness  # noqa: E402
 from pd_generate import generate_pd_suite  # noqa: E402
 from pd_handwritten import all_pd_handwritten  # noqa: E402
 
-pytestmark = pytest.mark.oracle
+# The module fixture replays the whole suite in one oracle call: pytest's
+# default 300 s (pyproject.toml) is too short for it on a loaded machine, so
+# the tests wait as long as the call itself may take (`run_driver`).
+pytestmark = [pytest.mark.oracle, pytest.mark.timeout(v1_harness.launch.DRIVER_TIMEOUT_S + 60)]
 
 PD_COUNT = 96
 

@@ -119,24 +119,27 @@ def test_the_proxy_routes_and_reroutes_alike_in_both_runtimes(ray_cluster):
     # One prefill node finishes every prompt in one step, so its outputs reach
     # the proxy in one batch, in order: least-loaded routing over three decode
     # nodes is then fixed by the requests alone. decode-1 dies while every
-    # request decodes (first tokens by ~0.11 s of model time, the first finish
-    # at ~1.1 s; at time_scale 1 the kill at 0.6 s lies far from both): its
-    # requests move to the least loaded live nodes, their prompts are released
-    # at the prefill node, and their streams go on exactly.
+    # request decodes (every first token by ~0.23 s of model time, the first
+    # finish at ~2.2 s): at 1.0 s of model time in-process; on Ray at 2.0 s of
+    # wall time, which is 1.0 s of model time at time_scale 2, with ~1.5 s
+    # and ~2.4 s of wall time to either edge (a fault's time is wall seconds,
+    # unscaled), room for a loaded machine's late steps and late kill. Its
+    # requests move to the least loaded live nodes, their prompts are
+    # released at the prefill node, and their streams go on exactly.
     from cluster.inproc import InProcCluster
 
     spec = make_spec(
-        time_scale=1.0,
+        time_scale=2.0,
         prefill={"count": 1, "engine": {"num_gpu_blocks": 2000}},
         decode={"count": 3, "engine": {"num_gpu_blocks": 1000}},
         routing="least_loaded",
     )
-    wl = workload(15, 64, 120)
+    wl = workload(15, 64, 240)
     cluster = InProcCluster(spec, seed=4)
     cluster.submit(wl)
-    cluster.kill_node_at("decode-1", 0.6)
+    cluster.kill_node_at("decode-1", 1.0)
     inproc = cluster.run()
-    ray = run_ray(spec, wl, seed=4, handle=ray_cluster, faults=[{"kill": "decode-1", "at": 0.6}], timeout_s=90)
+    ray = run_ray(spec, wl, seed=4, handle=ray_cluster, faults=[{"kill": "decode-1", "at": 2.0}], timeout_s=90)
     assert per_request(inproc) == per_request(ray)
     assert {r.finish_reason for r in inproc.requests} == {"length"}
     assert inproc.extra["rerouted"] == ray.extra["rerouted"] == {f"r{i:03d}": 1 for i in range(1, 15, 3)}

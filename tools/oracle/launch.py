@@ -115,7 +115,13 @@ def oracle_env(name: str = "v1") -> dict[str, str]:
     return env
 
 
-def run_driver(driver: str | Path, payload: object, name: str = "v1", timeout: float = 1800.0) -> object:
+# How long one driver call may take (a conformance suite batches hundreds of
+# scenarios into one; a loaded 2-core machine takes minutes). The tests that
+# wait on a call give pytest this bound too, so this one fires, with its message.
+DRIVER_TIMEOUT_S = 1800.0
+
+
+def run_driver(driver: str | Path, payload: object, name: str = "v1", timeout: float = DRIVER_TIMEOUT_S) -> object:
     """Runs `driver` (a path, or a file name inside tools/oracle/) in the oracle
     interpreter with `payload` as JSON on stdin; returns the decoded JSON stdout.
 

@@ -4,10 +4,12 @@ prefill on and off, over-long prompts, arrivals over steps) plus hand-written
 ones, compared step by step. Skipped with the reason when the oracle is absent."""
 
 import pytest
-from v0_harness import compare, oracle_missing_reason, run_all, run_ours
+from v0_harness import ORACLE_TIMEOUT_S, compare, oracle_missing_reason, run_all, run_ours
 from v0_scenarios import hand_written_scenarios, random_scenarios
 
-pytestmark = pytest.mark.oracle
+# One oracle call replays every scenario: past pytest's default 300 s on a
+# loaded machine, so the test waits as long as that call may take.
+pytestmark = [pytest.mark.oracle, pytest.mark.timeout(ORACLE_TIMEOUT_S + 60)]
 
 NUM_RANDOM_SCENARIOS = 240
 

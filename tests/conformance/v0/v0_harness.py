@@ -85,7 +85,11 @@ def _oracle_env() -> dict[str, str]:
     return env
 
 
-def run_oracle(scenarios: list[dict], timeout: float = 600.0) -> dict:
+# How long the one oracle call may take; the conformance test gives pytest this bound too.
+ORACLE_TIMEOUT_S = 600.0
+
+
+def run_oracle(scenarios: list[dict], timeout: float = ORACLE_TIMEOUT_S) -> dict:
     """All scenarios in ONE subprocess (importing vLLM costs seconds)."""
     with tempfile.TemporaryDirectory(prefix="v0-oracle-") as tmp:
         inp, out = Path(tmp) / "scenarios.json", Path(tmp) / "traces.json"
