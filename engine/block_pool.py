@@ -187,6 +187,110 @@ class FreeBlockStack:
         self._stack.extend(reversed(blocks))
 
 
+class FreeBlockFifo:
+    """The free queue when prefix caching is on, with `FreeBlockQueue`'s
+    interface and order, its common operations done a run of blocks at a
+    time in C. Freed blocks without a hash go to the front and hashed ones
+    to the tail: a stack of the first (`_front`, its end the front) ahead
+    of a list of the rest (`_main[_head:]`, in order). Only a cache hit on
+    a free block removes one from the middle: found in the stack (small: an
+    allocation empties it first), or else marked in `_dead` (block id ->
+    copies of it in `_main` to skip: a removed block freed again is appended
+    behind its removed copy, so the first copies met are the dead ones).
+
+    It holds the blocks whose `ref_cnt` is 0 (the pool's invariant; the
+    null block aside), which is how `remove` tells a free block."""
+
+    __slots__ = ("_front", "_main", "_head", "_dead", "_len")
+
+    def __init__(self, free: Iterable[KVCacheBlock]) -> None:
+        self._front: list[KVCacheBlock] = []
+        self._main = list(free)
+        self._head = 0
+        self._dead: dict[int, int] = {}
+        self._len = len(self._main)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[KVCacheBlock]:
+        yield from reversed(self._front)
+        dead = dict(self._dead)
+        main = self._main
+        for i in range(self._head, len(main)):
+            block = main[i]
+            if dead and dead.get(block.block_id):
+                dead[block.block_id] -= 1
+                continue
+            yield block
+
+    def __contains__(self, block: KVCacheBlock) -> bool:
+        return any(b is block for b in self)
+
+    def popleft_n(self, n: int) -> list[KVCacheBlock]:
+        if n > self._len:
+            raise ValueError(f"popleft_n({n}) from a free queue of {self._len} blocks")
+        self._len -= n
+        front = self._front
+        k = len(front)
+        if k >= n:
+            out = front[k - n :]
+            del front[k - n :]
+            out.reverse()
+            return out
+        out = front[::-1]
+        front.clear()
+        n -= k
+        main, head = self._main, self._head
+        if not self._dead:
+            out += main[head : head + n]
+            head += n
+        else:
+            dead = self._dead
+            while n:
+                block = main[head]
+                head += 1
+                left = dead.get(block.block_id)
+                if left:
+                    if left == 1:
+                        del dead[block.block_id]
+                    else:
+                        dead[block.block_id] = left - 1
+                    continue
+                out.append(block)
+                n -= 1
+        if head > 1024 and 2 * head > len(main):
+            del main[:head]  # (the list would only grow: drop what was taken)
+            head = 0
+        self._head = head
+        return out
+
+    def remove(self, block: KVCacheBlock) -> None:
+        if block.ref_cnt != 0 or block.is_null:
+            raise RuntimeError(f"remove() of block {block.block_id}, which is not free")
+        front = self._front
+        for i in range(len(front) - 1, -1, -1):
+            if front[i] is block:
+                del front[i]
+                self._len -= 1
+                return
+        self._dead[block.block_id] = self._dead.get(block.block_id, 0) + 1
+        self._len -= 1
+
+    def remove_n(self, blocks: list[KVCacheBlock]) -> None:
+        for block in blocks:
+            self.remove(block)
+
+    def append_n(self, blocks: list[KVCacheBlock]) -> None:
+        self._main += blocks
+        self._len += len(blocks)
+
+    def prepend_n(self, blocks: list[KVCacheBlock]) -> None:
+        """`blocks[0]` ends up first."""
+        self._front.extend(reversed(blocks))
+        self._len += len(blocks)
+
+
 class BlockPool:
     """A fixed set of blocks; block 0 is the reserved null block (never handed out)."""
 
@@ -198,8 +302,12 @@ class BlockPool:
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.null_block = self.blocks[0]
         self.null_block.is_null = True
-        self.free_block_queue: FreeBlockQueue | FreeBlockStack = (
-            FreeBlockQueue(self.blocks, self.blocks[1:]) if enable_caching else FreeBlockStack(self.blocks[1:])
+        # Blocks held more than once (a cache hit on a block in use): while
+        # there are none, a request's blocks all come back when it frees them
+        # (engine/steady_decode.py's `block_plan` counts them without a pass).
+        self.num_shared = 0
+        self.free_block_queue: FreeBlockFifo | FreeBlockStack = (
+            FreeBlockFifo(self.blocks[1:]) if enable_caching else FreeBlockStack(self.blocks[1:])
         )
         # The prefix cache: content hash -> the block holding it. vLLM keeps
         # duplicates (two blocks with one hash) and returns the first cached:
@@ -310,15 +418,16 @@ class BlockPool:
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """A cache hit: one more reference; a free block leaves the free queue."""
-        leaving = []
-        for block in blocks:
-            if block.is_null:
-                continue
-            if block.ref_cnt == 0:
-                leaving.append(block)
-            block.ref_cnt += 1
+        blocks = [b for b in blocks if not b.is_null]
+        leaving = [b for b in blocks if b.ref_cnt == 0]
         if leaving:
-            self.free_block_queue.remove_n(leaving)
+            if len(leaving) > 1:
+                leaving = list(dict.fromkeys(leaving))  # (a block named twice leaves once)
+            self.free_block_queue.remove_n(leaving)  # (while free: `ref_cnt` 0, as `remove` checks)
+        for block in blocks:
+            block.ref_cnt += 1
+            if block.ref_cnt == 2:
+                self.num_shared += 1
 
     def reset_prefix_cache(self) -> bool:
         """Forget every hash; refused (False) while any block is in use, as vLLM does."""
@@ -390,6 +499,8 @@ class BlockPool:
                     to_tail.append(block)
                 else:
                     to_front.append(block)
+            elif block.ref_cnt == 1:
+                self.num_shared -= 1
         if to_front:
             self.free_block_queue.prepend_n(to_front)
         if to_tail:

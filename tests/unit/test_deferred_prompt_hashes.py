@@ -57,6 +57,15 @@ def _prompts(rng: random.Random, n: int) -> list[list[int]]:
 
 @pytest.mark.parametrize("seed", range(30))
 def test_deferred_prompt_hashes_match_hashing_at_once(seed: int) -> None:
+    _run(seed)
+
+
+def test_some_runs_share_blocks() -> None:
+    assert any(_run(seed) for seed in range(5))
+
+
+def _run(seed: int) -> int:
+    """One random run; the most blocks held twice at once."""
     rng = random.Random(seed)
     n = rng.randint(6, 20)
     prompts = _prompts(rng, n)
@@ -72,7 +81,7 @@ def test_deferred_prompt_hashes_match_hashing_at_once(seed: int) -> None:
     sides = [create_scheduler(**settings) for _ in range(2)]  # type: ignore[arg-type]
     sides[1].kv_cache_manager.defer_prompt_hashes = DeterministicSampler(seed=seed).tokens_at
     arrivals = sorted(rng.randrange(0, 3 * n) for _ in range(n))
-    deferred_seen = 0
+    deferred_seen = shared_seen = 0
     step = 0
     while step < 400 and (step <= arrivals[-1] or any(s.has_requests() for s in sides)):
         for i, at in enumerate(arrivals):
@@ -91,9 +100,13 @@ def test_deferred_prompt_hashes_match_hashing_at_once(seed: int) -> None:
         pool = sides[1].kv_cache_manager.block_pool
         deferred_seen = max(deferred_seen, sum(1 for b in pool.blocks if b.block_hash == PENDING))
         assert _view(sides[0]) == _view(sides[1]), f"step {step}"
+        for p in (s.kv_cache_manager.block_pool for s in sides):  # (`num_shared`: what `block_plan` reads)
+            assert p.num_shared == sum(1 for b in p.blocks if b.ref_cnt >= 2)
+            shared_seen = max(shared_seen, p.num_shared)
         step += 1
     assert not any(s.has_requests() for s in sides)
     assert deferred_seen > 0
+    return shared_seen
     eager, lazy = (s.kv_cache_manager.block_pool for s in sides)
     lazy.deferred.materialize_all()
     assert len(lazy.deferred) == 0
