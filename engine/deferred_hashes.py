@@ -29,9 +29,26 @@ the map in the order they were cached — before anything could tell:
 - `materialize_all` (a single-hash lookup, `get_cached_block`, and checks).
 
 A deferred block taken by an allocation leaves its chain (as an eviction
-drops a hash), and a chain whose blocks are all gone is forgotten. Only
-steady-decode members defer (their outputs are the deterministic sampler's
-and never trimmed), and only past their first hashed block.
+drops a hash), and a chain whose blocks are all gone is forgotten. Two kinds
+of block defer, always past the request's first hashed block: a
+steady-decode member's outputs (the deterministic sampler's, never
+trimmed), and — while an in-process batch run takes the fast paths
+(`KVCacheManager.defer_prompt_hashes`) — blocks wholly in a prompt, whose
+content never changes. A prompt's chain goes on with the request's steady
+decode blocks. A lookup then needs only the hashes up to its first miss:
+when a prompt's first block misses, no other hash of it is worked out.
+
+Prompt blocks
+-------------
+The chain-parent argument above holds for them as for decode blocks: any
+request that could hit a prompt's deferred block looks up, or caches, the
+block before it first, so it reaches the chain's parent (the prompt's first
+block, or the last one hashed) and materialises the chain. What differs is
+only the hash map's contents between such moments, which no lookup sees
+(tests/unit/test_deferred_prompt_hashes.py runs two schedulers, one
+deferring, by one random script and compares them after every step). The
+conformance harness drives schedulers directly, without the flag: its hash
+map counts stay vLLM's.
 """
 
 from __future__ import annotations
