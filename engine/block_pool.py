@@ -45,7 +45,9 @@ class KVCacheBlock:
 class FreeBlockQueue:
     """The free blocks in eviction order: the front is reused first. A doubly
     linked list over block ids (as vLLM's), so removal from the middle, and
-    insertion at either end, cost O(1)."""
+    insertion at either end, cost O(1). The pool uses `FreeBlockStack` or
+    `FreeBlockFifo` (cheaper in Python, the same order); this one is their
+    reference (tests/unit/test_free_block_stack.py)."""
 
     __slots__ = ("_blocks", "_next", "_prev", "_len", "_head", "_tail")
 
