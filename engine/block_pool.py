@@ -27,7 +27,7 @@ BlockHash = int
 
 
 class KVCacheBlock:
-    __slots__ = ("block_id", "ref_cnt", "is_null", "block_hash", "chain")
+    __slots__ = ("block_id", "ref_cnt", "is_null", "block_hash", "chain", "deferred_at")
 
     def __init__(self, block_id: int, is_null: bool = False) -> None:
         self.block_id = block_id
@@ -37,6 +37,7 @@ class KVCacheBlock:
         # `PENDING` while its hash is deferred (engine/deferred_hashes.py).
         self.block_hash: BlockHash | None = None
         self.chain: _Chain | None = None  # the deferred chain it is in
+        self.deferred_at = 0  # when it was deferred (`DeferredHashes.seq`)
 
     def __repr__(self) -> str:
         return f"KVCacheBlock({self.block_id}, ref={self.ref_cnt}, hash={self.block_hash})"
@@ -450,11 +451,12 @@ class BlockPool:
             return []
         out = self.free_block_queue.popleft_n(num_blocks)
         cache = self.cached_block_hash_to_block
+        pending = PENDING
         for block in out:
             assert block.ref_cnt == 0, f"block {block.block_id} in the free queue has ref_cnt {block.ref_cnt}"
             block_hash = block.block_hash  # (None whenever caching is off)
             if block_hash is not None:
-                if block_hash == PENDING:  # (`_evict` of a deferred block, inline: most evictions)
+                if block_hash == pending:  # (`_evict` of a deferred block, inline: most evictions)
                     chain = block.chain
                     block.chain = block.block_hash = None
                     if chain is not None:
@@ -493,15 +495,16 @@ class BlockPool:
         for block in ordered_blocks:
             if block.is_null:
                 continue
-            if block.ref_cnt <= 0:
+            ref = block.ref_cnt
+            if ref <= 0:
                 raise AssertionError(f"double free of block {block.block_id}")
-            block.ref_cnt -= 1
-            if block.ref_cnt == 0:
+            block.ref_cnt = ref - 1
+            if ref == 1:
                 if block.block_hash is not None:  # (caching is on here)
                     to_tail.append(block)
                 else:
                     to_front.append(block)
-            elif block.ref_cnt == 1:
+            elif ref == 2:
                 self.num_shared -= 1
         if to_front:
             self.free_block_queue.prepend_n(to_front)

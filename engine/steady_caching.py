@@ -103,8 +103,10 @@ class SteadyCaching:
         """Cache the blocks step j completes, in running order."""
         kvm = self.kvm
         bs, num_cached_block, tables = kvm.block_size, kvm.num_cached_block, kvm.req_to_blocks
-        chains = kvm.block_pool.deferred.by_request
+        deferred = kvm.block_pool.deferred
+        chains = deferred.by_request
         step = self.base + j
+        seq = deferred.seq
         for r in self.steps[j]:
             # The usual case inline: one block, continuing the member's
             # deferred chain (`DeferredHashes.defer`).
@@ -116,10 +118,15 @@ class SteadyCaching:
                 table = tables[rid]
                 block = table[i]
                 if chain.table is table and block.block_hash is None and not block.is_null:
+                    seq += 1
                     block.block_hash = PENDING
                     block.chain = chain
+                    block.deferred_at = seq
                     chain.live += 1
                     chain.next = i + 1
                     num_cached_block[rid] = i + 1
                     continue
+            deferred.seq = seq
             kvm.cache_steady_blocks(r, num_tokens, self.tokens_at, self._tokens_at)
+            seq = deferred.seq
+        deferred.seq = seq
