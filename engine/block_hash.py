@@ -30,6 +30,15 @@ def update_block_hashes(request: Request, block_size: int) -> list[int]:
     return _extend(hashes, request.prompt_token_ids, request.output_token_ids, request.num_tokens, block_size)
 
 
+def first_block_hash(request: Request, block_size: int) -> list[int]:
+    """`request.block_hashes`, extended to its first block if it has none
+    (the caller knows the request holds a full block)."""
+    hashes = request.block_hashes
+    if hashes:
+        return hashes
+    return _extend(hashes, request.prompt_token_ids, request.output_token_ids, block_size, block_size)
+
+
 def extend_block_hashes(
     request: Request, num_blocks: int, block_size: int, tokens_at: Callable[[str, int, int], list[int]]
 ) -> list[int]:

@@ -27,7 +27,7 @@ BlockHash = int
 
 
 class KVCacheBlock:
-    __slots__ = ("block_id", "ref_cnt", "is_null", "block_hash", "chain")
+    __slots__ = ("block_id", "ref_cnt", "is_null", "block_hash", "chain", "deferred_at")
 
     def __init__(self, block_id: int, is_null: bool = False) -> None:
         self.block_id = block_id
@@ -37,6 +37,7 @@ class KVCacheBlock:
         # `PENDING` while its hash is deferred (engine/deferred_hashes.py).
         self.block_hash: BlockHash | None = None
         self.chain: _Chain | None = None  # the deferred chain it is in
+        self.deferred_at = 0  # when it was deferred (`DeferredHashes.seq`)
 
     def __repr__(self) -> str:
         return f"KVCacheBlock({self.block_id}, ref={self.ref_cnt}, hash={self.block_hash})"
@@ -45,7 +46,9 @@ class KVCacheBlock:
 class FreeBlockQueue:
     """The free blocks in eviction order: the front is reused first. A doubly
     linked list over block ids (as vLLM's), so removal from the middle, and
-    insertion at either end, cost O(1)."""
+    insertion at either end, cost O(1). The pool uses `FreeBlockStack` or
+    `FreeBlockFifo` (cheaper in Python, the same order); this one is their
+    reference (tests/unit/test_free_block_stack.py)."""
 
     __slots__ = ("_blocks", "_next", "_prev", "_len", "_head", "_tail")
 
@@ -187,6 +190,110 @@ class FreeBlockStack:
         self._stack.extend(reversed(blocks))
 
 
+class FreeBlockFifo:
+    """The free queue when prefix caching is on, with `FreeBlockQueue`'s
+    interface and order, its common operations done a run of blocks at a
+    time in C. Freed blocks without a hash go to the front and hashed ones
+    to the tail: a stack of the first (`_front`, its end the front) ahead
+    of a list of the rest (`_main[_head:]`, in order). Only a cache hit on
+    a free block removes one from the middle: found in the stack (small: an
+    allocation empties it first), or else marked in `_dead` (block id ->
+    copies of it in `_main` to skip: a removed block freed again is appended
+    behind its removed copy, so the first copies met are the dead ones).
+
+    It holds the blocks whose `ref_cnt` is 0 (the pool's invariant; the
+    null block aside), which is how `remove` tells a free block."""
+
+    __slots__ = ("_front", "_main", "_head", "_dead", "_len")
+
+    def __init__(self, free: Iterable[KVCacheBlock]) -> None:
+        self._front: list[KVCacheBlock] = []
+        self._main = list(free)
+        self._head = 0
+        self._dead: dict[int, int] = {}
+        self._len = len(self._main)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[KVCacheBlock]:
+        yield from reversed(self._front)
+        dead = dict(self._dead)
+        main = self._main
+        for i in range(self._head, len(main)):
+            block = main[i]
+            if dead and dead.get(block.block_id):
+                dead[block.block_id] -= 1
+                continue
+            yield block
+
+    def __contains__(self, block: KVCacheBlock) -> bool:
+        return any(b is block for b in self)
+
+    def popleft_n(self, n: int) -> list[KVCacheBlock]:
+        if n > self._len:
+            raise ValueError(f"popleft_n({n}) from a free queue of {self._len} blocks")
+        self._len -= n
+        front = self._front
+        k = len(front)
+        if k >= n:
+            out = front[k - n :]
+            del front[k - n :]
+            out.reverse()
+            return out
+        out = front[::-1]
+        front.clear()
+        n -= k
+        main, head = self._main, self._head
+        if not self._dead:
+            out += main[head : head + n]
+            head += n
+        else:
+            dead = self._dead
+            while n:
+                block = main[head]
+                head += 1
+                left = dead.get(block.block_id)
+                if left:
+                    if left == 1:
+                        del dead[block.block_id]
+                    else:
+                        dead[block.block_id] = left - 1
+                    continue
+                out.append(block)
+                n -= 1
+        if head > 1024 and 2 * head > len(main):
+            del main[:head]  # (the list would only grow: drop what was taken)
+            head = 0
+        self._head = head
+        return out
+
+    def remove(self, block: KVCacheBlock) -> None:
+        if block.ref_cnt != 0 or block.is_null:
+            raise RuntimeError(f"remove() of block {block.block_id}, which is not free")
+        front = self._front
+        for i in range(len(front) - 1, -1, -1):
+            if front[i] is block:
+                del front[i]
+                self._len -= 1
+                return
+        self._dead[block.block_id] = self._dead.get(block.block_id, 0) + 1
+        self._len -= 1
+
+    def remove_n(self, blocks: list[KVCacheBlock]) -> None:
+        for block in blocks:
+            self.remove(block)
+
+    def append_n(self, blocks: list[KVCacheBlock]) -> None:
+        self._main += blocks
+        self._len += len(blocks)
+
+    def prepend_n(self, blocks: list[KVCacheBlock]) -> None:
+        """`blocks[0]` ends up first."""
+        self._front.extend(reversed(blocks))
+        self._len += len(blocks)
+
+
 class BlockPool:
     """A fixed set of blocks; block 0 is the reserved null block (never handed out)."""
 
@@ -198,8 +305,12 @@ class BlockPool:
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.null_block = self.blocks[0]
         self.null_block.is_null = True
-        self.free_block_queue: FreeBlockQueue | FreeBlockStack = (
-            FreeBlockQueue(self.blocks, self.blocks[1:]) if enable_caching else FreeBlockStack(self.blocks[1:])
+        # Blocks held more than once (a cache hit on a block in use): while
+        # there are none, a request's blocks all come back when it frees them
+        # (engine/steady_decode.py's `block_plan` counts them without a pass).
+        self.num_shared = 0
+        self.free_block_queue: FreeBlockFifo | FreeBlockStack = (
+            FreeBlockFifo(self.blocks[1:]) if enable_caching else FreeBlockStack(self.blocks[1:])
         )
         # The prefix cache: content hash -> the block holding it. vLLM keeps
         # duplicates (two blocks with one hash) and returns the first cached:
@@ -310,15 +421,16 @@ class BlockPool:
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """A cache hit: one more reference; a free block leaves the free queue."""
-        leaving = []
-        for block in blocks:
-            if block.is_null:
-                continue
-            if block.ref_cnt == 0:
-                leaving.append(block)
-            block.ref_cnt += 1
+        blocks = [b for b in blocks if not b.is_null]
+        leaving = [b for b in blocks if b.ref_cnt == 0]
         if leaving:
-            self.free_block_queue.remove_n(leaving)
+            if len(leaving) > 1:
+                leaving = list(dict.fromkeys(leaving))  # (a block named twice leaves once)
+            self.free_block_queue.remove_n(leaving)  # (while free: `ref_cnt` 0, as `remove` checks)
+        for block in blocks:
+            block.ref_cnt += 1
+            if block.ref_cnt == 2:
+                self.num_shared += 1
 
     def reset_prefix_cache(self) -> bool:
         """Forget every hash; refused (False) while any block is in use, as vLLM does."""
@@ -339,11 +451,12 @@ class BlockPool:
             return []
         out = self.free_block_queue.popleft_n(num_blocks)
         cache = self.cached_block_hash_to_block
+        pending = PENDING
         for block in out:
             assert block.ref_cnt == 0, f"block {block.block_id} in the free queue has ref_cnt {block.ref_cnt}"
             block_hash = block.block_hash  # (None whenever caching is off)
             if block_hash is not None:
-                if block_hash == PENDING:  # (`_evict` of a deferred block, inline: most evictions)
+                if block_hash == pending:  # (`_evict` of a deferred block, inline: most evictions)
                     chain = block.chain
                     block.chain = block.block_hash = None
                     if chain is not None:
@@ -382,14 +495,17 @@ class BlockPool:
         for block in ordered_blocks:
             if block.is_null:
                 continue
-            if block.ref_cnt <= 0:
+            ref = block.ref_cnt
+            if ref <= 0:
                 raise AssertionError(f"double free of block {block.block_id}")
-            block.ref_cnt -= 1
-            if block.ref_cnt == 0:
+            block.ref_cnt = ref - 1
+            if ref == 1:
                 if block.block_hash is not None:  # (caching is on here)
                     to_tail.append(block)
                 else:
                     to_front.append(block)
+            elif ref == 2:
+                self.num_shared -= 1
         if to_front:
             self.free_block_queue.prepend_n(to_front)
         if to_tail:

@@ -29,9 +29,35 @@ the map in the order they were cached — before anything could tell:
 - `materialize_all` (a single-hash lookup, `get_cached_block`, and checks).
 
 A deferred block taken by an allocation leaves its chain (as an eviction
-drops a hash), and a chain whose blocks are all gone is forgotten. Only
-steady-decode members defer (their outputs are the deterministic sampler's
-and never trimmed), and only past their first hashed block.
+drops a hash), and a chain whose blocks are all gone is forgotten. Two kinds
+of block defer, always past the request's first hashed block: a
+steady-decode member's outputs (the deterministic sampler's, never
+trimmed), and — while an in-process batch run takes the fast paths
+(`KVCacheManager.defer_prompt_hashes`) — blocks wholly in a prompt, whose
+content never changes. A prompt's chain goes on with the request's steady
+decode blocks. A lookup then needs only the hashes up to its first miss:
+when a prompt's first block misses, no other hash of it is worked out.
+
+Prompt blocks
+-------------
+The chain-parent argument above holds for them as for decode blocks: any
+request that could hit a prompt's deferred block looks up, or caches, the
+block before it first, so it reaches the chain's parent (the prompt's first
+block, or the last one hashed) and materialises the chain. What differs is
+only the hash map's contents between such moments, which no lookup sees
+(tests/unit/test_deferred_prompt_hashes.py runs two schedulers, one
+deferring, by one random script and compares them after every step). The
+conformance harness drives schedulers directly, without the flag: its hash
+map counts stay vLLM's.
+
+Two prompts that share a prefix can have chains under one parent whose
+blocks have equal hashes (the first request's copy of the parent lost its
+hash to a failed KV load, `evict_blocks`, so the second missed it and cached
+its own). Duplicates are kept first-cached first, so a chain is never
+worked out alone while others share its parent: all of them are, their
+blocks entered in the order they were deferred (`deferred_at`), which is
+the order they were cached in (tests/unit/test_deferred_hashes.py,
+`test_chains_under_one_parent_go_in_in_caching_order`).
 """
 
 from __future__ import annotations
@@ -51,7 +77,12 @@ class KVCacheBlock(Protocol):
 
     block_hash: int | None
     chain: _Chain | None
+    deferred_at: int
     is_null: bool
+
+
+def _first(entry: tuple[int, KVCacheBlock, int]) -> int:
+    return entry[0]
 
 
 # CPython's hash() never returns -1 (it is its error value): a cached block
@@ -89,6 +120,7 @@ class DeferredHashes:
         self._cache_block = cache_block  # `BlockPool.cache_block`
         self.by_parent: dict[int, list[_Chain]] = {}
         self.by_request: dict[str, _Chain] = {}
+        self.seq = 0  # deferrals so far: a block's `deferred_at` (the order it was cached in)
 
     def __len__(self) -> int:
         """Blocks deferred now."""
@@ -114,23 +146,49 @@ class DeferredHashes:
             chain = _Chain(request, blocks, first, block_size, tokens_at)
             self.by_request[request.request_id] = chain
             self.by_parent.setdefault(chain.parent, []).append(chain)
+        seq = self.seq
         for i in range(first, stop):
             block = blocks[i]
             if block.block_hash is not None or block.is_null:
                 continue  # (cached already: `cache_block` keeps its entry)
+            seq += 1
             block.block_hash = PENDING
             block.chain = chain
-            chain.live += 1
+            block.deferred_at = seq
+        chain.live += seq - self.seq
+        self.seq = seq
         chain.next = stop
 
     def reached(self, block_hash: int) -> None:
         """A lookup hit `block_hash`: materialise the chains under it."""
         chains = self.by_parent.get(block_hash)
         if chains:
-            for chain in list(chains):
-                self.materialize(chain)
+            self.materialize(chains[0])  # (and every other chain under it)
 
     def materialize(self, chain: _Chain) -> None:
+        chains = self.by_parent.get(chain.parent)
+        if chains is None or len(chains) == 1 or chain not in chains:
+            self._materialize(chain)
+            return
+        # Chains under one parent may hold blocks of equal hashes (prompts
+        # sharing a prefix), and duplicates are kept first-cached first: all
+        # of them go in, their blocks in the order they were cached.
+        entries: list[tuple[int, KVCacheBlock, int]] = []
+        for each in list(chains):
+            self._forget(each)
+            table = each.table
+            live = [i for i in range(each.first, each.next) if table[i].chain is each]
+            if live:
+                hashes = extend_block_hashes(each.request, live[-1] + 1, each.block_size, each.tokens_at)
+                entries += [(table[i].deferred_at, table[i], hashes[i]) for i in live]
+        entries.sort(key=_first)
+        cache_block = self._cache_block
+        for _, block, block_hash in entries:
+            block.chain = None
+            block.block_hash = None
+            cache_block(block, block_hash)
+
+    def _materialize(self, chain: _Chain) -> None:
         self._forget(chain)
         table = chain.table
         live = [i for i in range(chain.first, chain.next) if table[i].chain is chain]

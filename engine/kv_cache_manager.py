@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .block_hash import extend_block_hashes, update_block_hashes
+from .block_hash import extend_block_hashes, first_block_hash, update_block_hashes
 from .block_pool import BlockPool, KVCacheBlock
 from .request import Request, RequestStatus
 
@@ -87,6 +87,12 @@ class KVCacheManager:
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         # Counter for reports: every allocate_slots() call, successful or not.
         self.num_allocate_slots_calls = 0
+        # Deferred prompt hashes (engine/deferred_hashes.py, "Prompt blocks"):
+        # the sampler's `tokens_at` while an in-process batch run takes the
+        # fast paths (cluster/inproc/cluster.py sets it), else None. Its
+        # chains may go on with the request's steady decode blocks, whose
+        # ids are the sampler's.
+        self.defer_prompt_hashes: Callable[[str, int, int], list[int]] | None = None
 
     @property
     def usage(self) -> float:
@@ -110,8 +116,15 @@ class KVCacheManager:
         if not self.enable_caching:
             return EMPTY_BLOCKS, 0
         bs = self.block_size
-        hashes = update_block_hashes(request, bs)
         max_blocks = (request.num_tokens - 1) // bs
+        if self.defer_prompt_hashes is not None and max_blocks > 0:
+            # Hashes are chained and a lookup stops at its first miss: when
+            # the first block misses, no other hash is needed (nor worked
+            # out: a prompt's other blocks are cached deferred, below).
+            hashes = first_block_hash(request, bs)
+            if hashes[0] not in self.block_pool.cached_block_hash_to_block:
+                return EMPTY_BLOCKS, 0
+        hashes = update_block_hashes(request, bs)
         hit = self.block_pool.get_cached_prefix(hashes[:max_blocks])
         if not hit:
             return EMPTY_BLOCKS, 0
@@ -132,12 +145,51 @@ class KVCacheManager:
         blocks = self.req_to_blocks.get(request_id)
         if not blocks:
             return
+        tokens_at = self.defer_prompt_hashes
+        if tokens_at is not None:
+            bs = self.block_size
+            num_full = min(num_tokens, request.num_tokens) // bs
+            if num_full * bs <= request.num_prompt_tokens and self._cache_prompt_blocks(
+                request, blocks, num_cached, num_full, tokens_at
+            ):
+                return
         hashes = update_block_hashes(request, self.block_size)
         num_full = min(num_tokens, len(hashes) * self.block_size) // self.block_size
         if num_cached >= num_full:
             return
         self.block_pool.cache_full_blocks(blocks, hashes, num_cached, num_full, request_id)
         self.num_cached_block[request_id] = num_full
+
+    def _cache_prompt_blocks(
+        self,
+        request: Request,
+        blocks: list[KVCacheBlock],
+        num_cached: int,
+        num_full: int,
+        tokens_at: Callable[[str, int, int], list[int]],
+    ) -> bool:
+        """`cache_blocks` of prompt blocks `num_cached..num_full` (their
+        content never changes): the first block hashed, those past the
+        request's known hashes cached with their hashes deferred until a
+        lookup could reach them (engine/deferred_hashes.py). False (nothing
+        done) when they would neither start at its known hashes nor
+        continue its chain."""
+        bs = self.block_size
+        pool = self.block_pool
+        request_id = request.request_id
+        hashes = first_block_hash(request, bs)
+        have = len(hashes)
+        start = num_cached if num_cached > have else have
+        if start > have and num_full > start:
+            chain = pool.deferred.by_request.get(request_id)
+            if chain is None or chain.request is not request or chain.table is not blocks or chain.next != start:
+                return False
+        if num_cached < have:
+            pool.cache_full_blocks(blocks, hashes, num_cached, min(have, num_full), request_id)
+        if num_full > start:
+            pool.deferred.defer(request, blocks, start, num_full, bs, tokens_at)
+        self.num_cached_block[request_id] = num_full
+        return True
 
     def cache_steady_blocks(
         self,

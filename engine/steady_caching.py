@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 # Below this many ids a Python loop draws them faster than numpy's fixed cost.
 _NUMPY_FROM = 40
+_NO_MEMBERS: list[Request] = []  # (a step no member completes a block in; never written)
 
 
 class SteadyCaching:
@@ -49,34 +50,43 @@ class SteadyCaching:
     ) -> None:
         self.kvm = kvm
         self._tokens_at = sampler.tokens_at
+        self.base = base
         bs = kvm.block_size
-        # Per step j (absolute base + j): (member, tokens it has cached by then).
-        self.steps: list[list[tuple[Request, int]]] = [[]]
+        # Per step j (absolute base + j): the members whose tokens complete a
+        # block then (a member has `steady_offset + base + j` tokens).
+        self.steps: list[list[Request]] = [[]]
         # The sampler's ids each block to hash reads, as (request id, first
         # position, count): its positions past the prompt and past the
         # outputs written so far (`block_hash._SampledOutput` asks for
         # exactly these); a block once.
         windows: list[tuple[str, int, int]] = []
-        hashed: dict[Request, int] = {}  # blocks whose windows are listed, per member
+        hashed: set[Request] = set()  # members whose first block's window is listed
         ended: set[Request] = set()  # finished at an earlier step
+        by_residue = cohort.by_residue
         for j in range(1, m + 1):
             step = base + j
-            entries = []
-            for r in cohort.cachers(step, ended):
-                num_tokens = r.steady_offset + step
-                entries.append((r, num_tokens))
+            members = by_residue[(step + 1) % bs]  # (`SteadyCohort.cachers`, inline)
+            if not members:
+                self.steps.append(_NO_MEMBERS)
+                if finishing[j]:
+                    ended.update(finishing[j])
+                continue
+            entries = [r for r in members if r not in ended] if ended else list(members)
+            for r in entries:
                 if r.block_hashes or r in hashed:
                     continue  # its blocks are cached with their hashes deferred (engine/deferred_hashes.py)
                 # No block hashed yet (a prompt shorter than a block): its
                 # first block is hashed when cached, the rest deferred.
-                hashed[r] = 1
-                written = r.num_prompt_tokens + len(r._output_token_ids)
-                first = max(0, written)
+                hashed.add(r)
+                first = r.num_prompt_tokens + len(r._output_token_ids)
                 if first < bs:
                     windows.append((r.request_id, first, bs - first))
             self.steps.append(entries)
             if finishing[j]:
                 ended.update(finishing[j])
+        if not windows:
+            self._ready: dict[tuple[str, int], list[int]] = {}
+            return
         if sum(n for _, _, n in windows) < _NUMPY_FROM:
             drawn = [sampler.tokens_at(*w) for w in windows]
         else:
@@ -92,23 +102,31 @@ class SteadyCaching:
     def step(self, j: int) -> None:
         """Cache the blocks step j completes, in running order."""
         kvm = self.kvm
-        cache, tokens_at, sampler_tokens_at = kvm.cache_steady_blocks, self.tokens_at, self._tokens_at
         bs, num_cached_block, tables = kvm.block_size, kvm.num_cached_block, kvm.req_to_blocks
-        chains = kvm.block_pool.deferred.by_request
-        for r, num_tokens in self.steps[j]:
+        deferred = kvm.block_pool.deferred
+        chains = deferred.by_request
+        step = self.base + j
+        seq = deferred.seq
+        for r in self.steps[j]:
             # The usual case inline: one block, continuing the member's
             # deferred chain (`DeferredHashes.defer`).
             rid = r.request_id
+            num_tokens = r.steady_offset + step
             i = num_tokens // bs - 1
             chain = chains.get(rid)
             if chain is not None and chain.next == i and chain.request is r and num_cached_block.get(rid) == i:
                 table = tables[rid]
                 block = table[i]
                 if chain.table is table and block.block_hash is None and not block.is_null:
+                    seq += 1
                     block.block_hash = PENDING
                     block.chain = chain
+                    block.deferred_at = seq
                     chain.live += 1
                     chain.next = i + 1
                     num_cached_block[rid] = i + 1
                     continue
-            cache(r, num_tokens, tokens_at, sampler_tokens_at)
+            deferred.seq = seq
+            kvm.cache_steady_blocks(r, num_tokens, self.tokens_at, self._tokens_at)
+            seq = deferred.seq
+        deferred.seq = seq

@@ -119,8 +119,9 @@ def block_plan(core: NodeCore, batch: SteadyBatch, m: int) -> tuple[list[list[Re
     free = kvm.block_pool.get_num_free_blocks()
     # With prefix caching a block may be shared (a cache hit): a finishing
     # request's shared blocks stay taken. Counting them as staying even when
-    # the other holder finishes too only ends a forward early.
-    shared = kvm.enable_caching
+    # the other holder finishes too only ends a forward early. (While no
+    # block is shared, all come back: no pass over them.)
+    shared = kvm.enable_caching and kvm.block_pool.num_shared > 0
     fits = m
     ended: set[Request] = set()  # finished at an earlier step
     for j in range(1, m + 1):

@@ -251,11 +251,15 @@ class InProcCluster:
         `SteadyTokens` per step, kept as token runs (proxy/token_runs.py), and its
         decode-only steps are scheduled in bulk (engine/bulk_step.py), while
         a batch run takes the fast paths (the paced `serve` driver reads
-        records while time passes). v1 only: v0 has its own outputs."""
+        records while time passes), and its prompts' hashes deferred past the
+        first block. v1 only: v0 has its own outputs."""
         scheduler = node.core.scheduler
         if isinstance(scheduler, Scheduler):
             scheduler.bulk_token_outputs = on
             scheduler.sampler = node.core.sampler if on else None  # its bulk steps' (engine/bulk_step.py)
+            # A prompt's blocks past its first cached with their hashes
+            # deferred (engine/deferred_hashes.py, "Prompt blocks").
+            scheduler.kv_cache_manager.defer_prompt_hashes = node.core.sampler.tokens_at if on else None
 
     # -- faults -----------------------------------------------------------------------------
     def _check_node(self, name: str) -> None:

@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from engine.block_hash import update_block_hashes
+from engine.block_hash import first_block_hash, update_block_hashes
 from engine.block_pool import BlockPool
 from engine.deferred_hashes import PENDING
 from engine.prompt import PromptTokens
@@ -134,3 +134,44 @@ def test_deferred_hashes_match_hashing_at_once(seed: int) -> None:
     assert len(lazy.pool.deferred) == 0
     assert _hash_map(eager.pool) == _hash_map(lazy.pool)
     assert [b.block_hash for b in eager.pool.blocks] == [b.block_hash for b in lazy.pool.blocks]
+
+
+@pytest.mark.parametrize("growing", [False, True])
+def test_chains_under_one_parent_go_in_in_caching_order(growing: bool) -> None:
+    """Two requests with one prompt, both chains under its first block (the
+    first request's copy of it lost its hash: a failed KV load's
+    `evict_blocks`), the second's materialised first (its own plain-path
+    caching): the duplicates still go in first-cached first, whether the
+    first chain was complete when the second began (`growing` False) or
+    grew after it."""
+    sampler = DeterministicSampler(seed=1)
+    pools = {"eager": BlockPool(32, enable_caching=True), "lazy": BlockPool(32, enable_caching=True)}
+    reqs = {
+        (side, rid): Request(rid, PromptTokens([(77, 5 * BS)]), SamplingParams(max_tokens=10))
+        for side in pools
+        for rid in "ab"
+    }
+    tables = {}
+
+    def cache(side: str, rid: str, start: int, stop: int) -> None:
+        pool, r, table = pools[side], reqs[(side, rid)], tables[(side, rid)]
+        hashes = update_block_hashes(r, BS) if side == "eager" else first_block_hash(r, BS)
+        if side == "eager" or start == 0:
+            pool.cache_full_blocks(table, hashes, start, stop if side == "eager" else 1, rid)
+        if side == "lazy" and stop > max(start, 1):
+            pool.deferred.defer(r, table, max(start, 1), stop, BS, sampler.tokens_at)
+
+    for side, pool in pools.items():
+        tables[(side, "a")] = pool.get_new_blocks(5)
+        cache(side, "a", 0, 3 if growing else 5)
+        pool.evict_blocks([tables[(side, "a")][0].block_id])
+        assert pool.get_cached_prefix(update_block_hashes(reqs[(side, "b")], BS)) == []
+        tables[(side, "b")] = pool.get_new_blocks(5)
+        cache(side, "b", 0, 5)
+        if growing:
+            cache(side, "a", 3, 5)
+    lazy = pools["lazy"]
+    assert sum(1 for b in lazy.blocks if b.block_hash == PENDING) == 8
+    lazy.deferred.materialize(lazy.deferred.by_request["b"])  # (b's own chain first)
+    assert len(lazy.deferred) == 0
+    assert _hash_map(pools["eager"]) == _hash_map(lazy)
