@@ -57,7 +57,8 @@ from .simulate import EngineRun, Predicted, predict_from, run_engines
 FITTED = Path(__file__).resolve().parent / "fitted.json"
 METRIC_KEYS = ("mean_ttft_ms", "mean_tpot_ms", "output_throughput")
 COMPUTE_GRID = (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7, 0.8)
-MEMORY_GRID = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+MEMORY_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+ENGINE_ROUNDS = 2
 # Weight reads: the walk on the low-load points, finer near the top where GEMVs stream.
 WEIGHT_MEMORY_GRID = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 HOST_PER_SEQ_GRID = (0.0, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
@@ -237,11 +238,13 @@ def class_terms(points: Sequence[Point]) -> list[str]:
 
 
 def fit_class(runs: Runs, points: Sequence[Point], fitted: Fitted, cls: str) -> dict[str, float]:
-    """Coordinate walks on the class's factors (class_terms), from the defaults."""
+    """Coordinate walks on the class's factors (class_terms), from the class's current ones (else the
+    defaults)."""
     d = RooflineParams()
     grids = {"compute_efficiency": COMPUTE_GRID, "moe_compute_efficiency": COMPUTE_GRID}
     grids["kv_memory_efficiency"] = MEMORY_GRID
-    values = {name: getattr(d, name) for name in class_terms(points)}
+    start = fitted.classes.get(cls, {})
+    values = {name: start.get(name, getattr(d, name)) for name in class_terms(points)}
 
     def total(trial_values: dict[str, float]) -> float:
         trial = replace(fitted, classes={**fitted.classes, cls: _factors(trial_values)})
@@ -265,21 +268,12 @@ def fit(points: Sequence[Point], runs: Runs | None = None, log: Callable[[str], 
     """The parameters fitted on `points` (module docstring: which on which)."""
     runs = runs or Runs(log)
     fitted = Fitted(front_end=START_FRONT_END)
-    for cls in sorted({gpu_class(p) for p in points if is_engine_bound(p)}):
-        subset = [p for p in points if is_engine_bound(p) and gpu_class(p) == cls]
-        log(f"fitting {cls} on {[p.id for p in subset]}")
-        fitted = replace(fitted, classes={**fitted.classes, cls: fit_class(runs, subset, fitted, cls)})
-    large = [p for p in points if is_large_batch(p)]
-    if large:
-        log(f"fitting host_per_seq_us on {[p.id for p in large]}")
-
-        def host_total(x: float) -> float:
-            s = runs.total(large, replace(fitted, host={"host_per_seq_us": x}))
-            log(f"  host_per_seq_us={x}: {s:.4f}")
-            return s
-
-        fitted = replace(fitted, host={"host_per_seq_us": _walk(HOST_PER_SEQ_GRID, 0.0, _memo(host_total))})
-    fitted = fit_fixed(points, fitted, runs, log)
+    # The groups share the engine-bound runs (their steps carry host time per row and the weight reads too):
+    # fitted one after the other, a class's factors would absorb the terms fitted after them (per-row host
+    # time at 0 pulls the K/V reads' efficiency down), so the groups are walked twice, the second round from
+    # the first's values.
+    for _ in range(ENGINE_ROUNDS):
+        fitted = _fit_engine_round(points, fitted, runs, log)
     cheap = [p for p in points if is_cheap_replay(p)]
     log(f"fitting the front end on {[p.id for p in cheap]}")
     fe = fitted.front_end
@@ -289,6 +283,27 @@ def fit(points: Sequence[Point], runs: Runs | None = None, log: Callable[[str], 
             break
         fe = fe_new
     return replace(fitted, front_end=fe)
+
+
+def _fit_engine_round(points: Sequence[Point], fitted: Fitted, runs: Runs, log: Callable[[str], None]) -> Fitted:
+    """One walk of each engine-side group: the class factors, the host time per row, the small steps' terms."""
+    for cls in sorted({gpu_class(p) for p in points if is_engine_bound(p)}):
+        subset = [p for p in points if is_engine_bound(p) and gpu_class(p) == cls]
+        log(f"fitting {cls} on {[p.id for p in subset]}")
+        fitted = replace(fitted, classes={**fitted.classes, cls: fit_class(runs, subset, fitted, cls)})
+    large = [p for p in points if is_large_batch(p)]
+    if large:
+        log(f"fitting host_per_seq_us on {[p.id for p in large]}")
+        base = fitted
+
+        def host_total(x: float) -> float:
+            s = runs.total(large, replace(base, host={**base.host, "host_per_seq_us": x}))
+            log(f"  host_per_seq_us={x}: {s:.4f}")
+            return s
+
+        x = _walk(HOST_PER_SEQ_GRID, base.host.get("host_per_seq_us", 0.0), _memo(host_total))
+        fitted = replace(base, host={**base.host, "host_per_seq_us": x})
+    return fit_fixed(points, fitted, runs, log)
 
 
 def identified_terms(low: Sequence[Point]) -> list[str]:

@@ -77,8 +77,18 @@ def _cell(m: tuple[float, int], key: str, goals: Mapping[str, float] = GOALS) ->
     return f"{v:.1f} %{mark}"
 
 
+FACTOR_LABELS = {
+    "compute_efficiency": "dense",
+    "moe_compute_efficiency": "MoE",
+    "attention_efficiency": "attention",
+    "kv_memory_efficiency": "K/V",
+    "memory_efficiency": "memory",
+}
+
+
 def _factors_line(f: Mapping[str, float]) -> str:
-    return ", ".join(f"{k.replace('_efficiency', '')} {v:g}" for k, v in f.items())
+    order = [k for k in FACTOR_LABELS if k in f] + [k for k in f if k not in FACTOR_LABELS]
+    return ", ".join(f"{FACTOR_LABELS.get(k, k)} {f[k]:g}" for k in order)
 
 
 def render(
@@ -177,9 +187,9 @@ def render(
         "",
         "## The fitted parameters",
         "",
-        "| fit | GPU classes (compute, attention, memory efficiency) | host per row (us) | host per step (ms) "
-        "| all-reduce (us) | MoE layer (us) | API server |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "| fit | GPU classes (dense GEMM, MoE GEMM, attention, K/V read efficiency) | weight reads | "
+        "host per row (us) | host per step (ms) | all-reduce (us) | MoE layer (us) | API server |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for name, f in [("in-sample", fitted)] + [(f"without {lab}", held_out[lab]) for lab in sorted(held_out)]:
         classes = "; ".join(f"{c}: {_factors_line(v)}" for c, v in sorted(f.classes.items())) or "defaults"
@@ -196,12 +206,15 @@ def render(
                 f.layers.get("moe_layer_us", RooflineParams().moe_layer_us),
             )
         )
-        lines.append(f"| {name} | {classes} | {f.host.get('host_per_seq_us', 0.0):g} | {fixed} | {api} |")
+        weights = f.weights.get("memory_efficiency", RooflineParams().memory_efficiency)
+        lines.append(f"| {name} | {classes} | {weights:g} | {f.host.get('host_per_seq_us', 0.0):g} | {fixed} | {api} |")
     d = RooflineParams()
     lines += [
         "",
-        f"Defaults (a class no training source measured): compute {d.compute_efficiency:g}, attention "
-        f"{d.attention_efficiency:g}, memory {d.memory_efficiency:g}; host {d.host_overhead_ms:g} ms per step. "
+        f"Defaults (a class no training source measured): dense GEMM {d.compute_efficiency:g}, MoE GEMM "
+        f"{d.moe_compute_efficiency:g}, attention {d.attention_efficiency:g}, K/V reads {d.kv_memory_efficiency:g}; "
+        f"weight reads (every class, where a fit's points do not set it) {d.memory_efficiency:g}; host "
+        f"{d.host_overhead_ms:g} ms per step. "
         f"Per-layer fixed times a fit's points do not identify: {START_LAYERS['collective_latency_us']:g} us per "
         f"all-reduce, {START_LAYERS['moe_layer_us']:g} us per MoE layer (cited: docs/cost-model.md).",
         "",
@@ -282,7 +295,9 @@ METHOD = """## How each point is re-simulated
 - The API server (engine/front_end.py, the fitted terms above) is applied to the finished run by
   bench/validation/front_end_replay.py: each request reaches the server at its client time, is
   tokenized in turn, reaches the engine, and each batch of tokens the engine emits is streamed in
-  turn, one FIFO server; in a closed loop the client sends the next request when it has seen the
+  turn, one FIFO server per engine instance (each `vllm serve` runs its own API server: the
+  aggregated replicas, or the decode nodes of a P/D point), the i-th request on server i mod their
+  number as the round-robin router dealt it; in a closed loop the client sends the next request when it has seen the
   last token of one. The engine's timeline is the run's, shifted: the run's own front end is off
   (`front_end: {preset: off}`) so that one engine run serves every front-end trial of a fit.
 - The metrics are `vllm bench serve`'s (bench/metrics.py): mean TTFT, mean TPOT and output
