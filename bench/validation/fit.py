@@ -241,7 +241,7 @@ def fit_class(runs: Runs, points: Sequence[Point], fitted: Fitted, cls: str) -> 
     """Coordinate walks on the class's factors (class_terms), from the class's current ones (else the
     defaults)."""
     d = RooflineParams()
-    grids = {"compute_efficiency": COMPUTE_GRID, "moe_compute_efficiency": COMPUTE_GRID}
+    grids: dict[str, Sequence[float]] = {"compute_efficiency": COMPUTE_GRID, "moe_compute_efficiency": COMPUTE_GRID}
     grids["kv_memory_efficiency"] = MEMORY_GRID
     start = fitted.classes.get(cls, {})
     values = {name: start.get(name, getattr(d, name)) for name in class_terms(points)}

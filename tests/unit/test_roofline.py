@@ -102,7 +102,9 @@ def test_weight_reads_and_kv_reads_have_their_own_efficiency():
     # Weights at half: 4.928 s; the K/V reads at full bandwidth stay under the FLOPs (0.128 < 0.192).
     assert _tiny(**base, memory_efficiency=0.5, kv_memory_efficiency=1).step_time(shape) == pytest.approx(4.928 + 0.192)
     # Both are scenario settings, checked where declared.
-    spec = ClusterSpec.model_validate({"cost_model": {"model": "qwen3-8b", "gpu": "h100-sxm", "kv_memory_efficiency": 0.7}})
+    spec = ClusterSpec.model_validate(
+        {"cost_model": {"model": "qwen3-8b", "gpu": "h100-sxm", "kv_memory_efficiency": 0.7}}
+    )
     assert spec.cost_model.kv_memory_efficiency == 0.7
     with pytest.raises(ValueError, match="kv_memory_efficiency"):
         ClusterSpec.model_validate({"cost_model": {"model": "qwen3-8b", "gpu": "h100-sxm", "kv_memory_efficiency": 0}})
