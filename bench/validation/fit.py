@@ -33,7 +33,10 @@ P/D timeline with what the aggregated points fitted.
 
 Why so few: leave-one-source-out (cli.py) refits them without the held-out
 source, and a point's error then says how the model generalises, which
-per-point knobs could not. The search: for each parameter group a walk
+per-point knobs could not. The engine-side groups (class factors, host per
+row, small steps' terms) are walked twice from the defaults in-sample; a
+held-out fit walks them once from the in-sample values its points identify
+(`warm_start`). The search: for each parameter group a walk
 along its grid from the starting value to the neighbour that scores lower,
 until none does; score = sum of squared log errors of the metrics a point
 publishes (mean TTFT, mean TPOT, output throughput).
@@ -264,15 +267,24 @@ def fit_class(runs: Runs, points: Sequence[Point], fitted: Fitted, cls: str) -> 
     return _factors(values)
 
 
-def fit(points: Sequence[Point], runs: Runs | None = None, log: Callable[[str], None] = print) -> Fitted:
-    """The parameters fitted on `points` (module docstring: which on which)."""
+def fit(
+    points: Sequence[Point],
+    runs: Runs | None = None,
+    log: Callable[[str], None] = print,
+    start: Fitted | None = None,
+) -> Fitted:
+    """The parameters fitted on `points` (module docstring: which on which), the walks from the defaults, or
+    from `start` (the in-sample fit, for a leave-one-source-out fit: what `points` do not identify dropped)."""
     runs = runs or Runs(log)
-    fitted = Fitted(front_end=START_FRONT_END)
+    if start is None:
+        fitted, rounds = Fitted(front_end=START_FRONT_END), ENGINE_ROUNDS
+    else:
+        fitted, rounds = warm_start(points, start), 1
     # The groups share the engine-bound runs (their steps carry host time per row and the weight reads too):
     # fitted one after the other, a class's factors would absorb the terms fitted after them (per-row host
-    # time at 0 pulls the K/V reads' efficiency down), so the groups are walked twice, the second round from
-    # the first's values.
-    for _ in range(ENGINE_ROUNDS):
+    # time at 0 pulls the K/V reads' efficiency down), so from the defaults the groups are walked twice, the
+    # second round from the first's values; from a warm start, once.
+    for _ in range(rounds):
         fitted = _fit_engine_round(points, fitted, runs, log)
     cheap = [p for p in points if is_cheap_replay(p)]
     log(f"fitting the front end on {[p.id for p in cheap]}")
@@ -283,6 +295,22 @@ def fit(points: Sequence[Point], runs: Runs | None = None, log: Callable[[str], 
             break
         fe = fe_new
     return replace(fitted, front_end=fe)
+
+
+def warm_start(points: Sequence[Point], start: Fitted) -> Fitted:
+    """`start` less what `points` cannot fit: a class without engine-bound points, the host time per row
+    without large batches, the small steps' terms without low-load points, the API server's without cheap
+    replays (those go back to the defaults and cited values, as a fit from scratch leaves them)."""
+    classes = {c: v for c, v in start.classes.items() if any(is_engine_bound(p) and gpu_class(p) == c for p in points)}
+    host = dict(start.host)
+    if not any(is_large_batch(p) for p in points):
+        host.pop("host_per_seq_us", None)
+    low = any(is_low_load(p) for p in points)
+    if not low:
+        host.pop("host_overhead_ms", None)
+    weights = dict(start.weights) if low else {}
+    front_end = start.front_end if any(is_cheap_replay(p) for p in points) else START_FRONT_END
+    return Fitted(classes, host, front_end, dict(start.layers), weights)
 
 
 def _fit_engine_round(points: Sequence[Point], fitted: Fitted, runs: Runs, log: Callable[[str], None]) -> Fitted:

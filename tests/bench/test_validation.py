@@ -202,3 +202,26 @@ def test_a_point_has_one_api_server_per_engine_instance_serving_the_client():
     assert api_servers(_point("anyscale-gpt-oss-120b-h100-sxm-agg-4xtp2-c4")) == 4
     assert api_servers(_point("vllmrouter-llama-3.1-8b-h100-pd-8p1-8d1-nixl-c16")) == 8
     assert api_servers(_point("gpustack-qwen3-8b-h100-sharegpt-c4")) == 1
+
+
+def test_a_held_out_fit_starts_from_the_in_sample_values_its_points_identify():
+    from bench.validation.fit import START_FRONT_END, Fitted, warm_start
+    from engine.front_end import FrontEndParams
+
+    start = Fitted(
+        classes={"hopper": {"compute_efficiency": 0.4}, "cdna3": {"compute_efficiency": 0.3}},
+        host={"host_per_seq_us": 40.0, "host_overhead_ms": 0.5},
+        front_end=FrontEndParams(request_ms=1.0, prompt_token_us=1.3, output_token_us=50.0, ipc_ms=1.0),
+        weights={"memory_efficiency": 0.85},
+    )
+    sim, _ = split(load_all())
+    # Without AMD's one MI300X point the cdna3 class is not fitted: the defaults, as from scratch.
+    no_amd = warm_start([p for p in sim if p.lab != "amd"], start)
+    assert set(no_amd.classes) == {"hopper"} and no_amd.host == start.host and no_amd.weights == start.weights
+    # Anyscale's runs alone: no batch of >= 500 requests (no host per row); their closed loops of 4 keep the
+    # small steps' terms and the API server's.
+    anyscale = warm_start([p for p in sim if p.lab == "anyscale"], start)
+    assert anyscale.host == {"host_overhead_ms": 0.5} and anyscale.front_end == start.front_end
+    # P/D points alone identify nothing.
+    pd = warm_start([p for p in sim if p.pd is not None], start)
+    assert (pd.classes, pd.host, pd.weights, pd.front_end) == ({}, {}, {}, START_FRONT_END)
