@@ -141,8 +141,8 @@ def add_validate_cost_parser(sub) -> None:
     v.add_argument(
         "--fit-fixed",
         action="store_true",
-        help="refit only the small steps' fixed times (host per step, all-reduce, MoE layer) from the stored fit "
-        "(minutes)",
+        help="refit only the small steps' terms (weight reads' efficiency, host per step, all-reduce, MoE layer) "
+        "from the stored fit (minutes)",
     )
     v.add_argument(
         "--fit-layers",
