@@ -307,8 +307,10 @@ METHOD = """## How each point is re-simulated
 
 PR #49675's own figures for its fix (docs/prefix-caching.md, "The frozen workload"): output
 throughput +1.90 %, P50 TTFT +20.3 ms (pre-fix -> fix, real hardware, n=5). Re-run with the model
-as it is now (the fitted H100 factors and host terms, the API server `vllm-0.11` request-side in
-the proxy, the NIXL hand-off, now the default), in-process, seed 0, 2026-12-03:
+as it was before the split of the efficiencies by kernel (the H100 factors and host terms of the
+fit before it: one memory factor 0.5, 3 ms per step; the API server `vllm-0.11` request-side in
+the proxy, the NIXL hand-off, now the default), in-process, seed 0, 2026-12-03; not re-run with
+the split and its refit (above):
 
 {seed_table}
 
