@@ -353,7 +353,9 @@ scenarios/cascade-inproc.yaml --breakdown`, `disagg-sim run scenarios/cascade.ya
   7.3 s against 0.31 s, still wrong). What it did not: the goals are still missed held out, and
   several fitted values are not physical, so they stand in for terms the model lacks: the hopper
   K/V reads at 0.3 of the peak (the grid's lowest; the large batches' decode steps are slower than
-  their bytes at any plausible efficiency, with 80 us of host time per row already), the
+  their bytes at any plausible efficiency, with 80 us of host time per row already; a real vLLM
+  server log of Llama-3.1-8B decode batches on an H100, tests/data/vllm_server.log, calibrates to
+  1.0, docs/cost-model.md), the
   all-reduce at 32 us (cited 8.5-9.3 us; the gpt-oss-120b runs at TP 2 and 4 put their
   unexplained per-layer time there, as the MoE layer's 10 us is below the cited 30), the IPC hop
   at 5 ms (the grid's top), the walk from the in-sample values not at rest (every held-out fit,
