@@ -193,10 +193,11 @@ def _best_host_ms(model: RooflineCostModel, points: list[Point]) -> float:
 def fit_roofline(
     points: list[Point], base: RooflineCostModel, name: str = "calibrated", rounds: int = 200
 ) -> RooflineCostModel:
-    """Coordinate search on the three efficiencies (multiplicative steps that
-    halve when no move helps), the host overhead solved exactly at each
-    candidate; minimises the mean squared relative error."""
-    names = ("compute_efficiency", "attention_efficiency", "memory_efficiency")
+    """Coordinate search on the four efficiencies (dense GEMMs, attention,
+    weight reads, K/V reads; multiplicative steps that halve when no move
+    helps), the host overhead solved exactly at each candidate; minimises
+    the mean squared relative error."""
+    names = ("compute_efficiency", "attention_efficiency", "memory_efficiency", "kv_memory_efficiency")
 
     def settle(m: RooflineCostModel) -> tuple[RooflineCostModel, float]:
         m = m.with_params(host_overhead_ms=_best_host_ms(m, points))

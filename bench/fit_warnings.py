@@ -29,7 +29,7 @@ import numpy as np
 from engine.cost_model import CostModel, StepShape
 from engine.roofline import RooflineCostModel
 
-EFFICIENCIES = ("compute_efficiency", "attention_efficiency", "memory_efficiency")
+EFFICIENCIES = ("compute_efficiency", "attention_efficiency", "memory_efficiency", "kv_memory_efficiency")
 FACTORS = (*EFFICIENCIES, "host_overhead_ms")
 # A factor whose 1 % change moves the predicted times by less than this (RMS, in %) is not identifiable.
 MIN_ELASTICITY = 0.05

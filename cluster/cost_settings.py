@@ -44,8 +44,10 @@ class RooflineSettings(StrictModel):
     host_per_seq_us: float | None = from_setting(RooflineParams, "host_per_seq_us", default=None)
     host_per_token_us: float | None = from_setting(RooflineParams, "host_per_token_us", default=None)
     compute_efficiency: float | None = from_setting(RooflineParams, "compute_efficiency", default=None)
+    moe_compute_efficiency: float | None = from_setting(RooflineParams, "moe_compute_efficiency", default=None)
     attention_efficiency: float | None = from_setting(RooflineParams, "attention_efficiency", default=None)
     memory_efficiency: float | None = from_setting(RooflineParams, "memory_efficiency", default=None)
+    kv_memory_efficiency: float | None = from_setting(RooflineParams, "kv_memory_efficiency", default=None)
     collective_latency_us: float | None = from_setting(RooflineParams, "collective_latency_us", default=None)
     moe_layer_us: float | None = from_setting(RooflineParams, "moe_layer_us", default=None)
 

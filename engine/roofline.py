@@ -6,14 +6,16 @@ the `pp` stages, connector/stage_pipeline.py):
 
     time = host time (host_overhead + host_per_seq x rows + host_per_token x tokens)
          + max(linear FLOPs / (F * compute_eff),   weight bytes / (B * memory_eff))
-         + max(attention FLOPs / (F * attention_eff), KV bytes / (B * memory_eff))
+         + MoE: max(expert FLOPs / (F * moe_compute_eff), expert bytes / (B * memory_eff)) + layers x moe_layer
+         + max(attention FLOPs / (F * attention_eff), KV bytes / (B * kv_memory_eff))
          + TP all-reduces + PP hand-overs
 
 with F and B the tensor-parallel group's summed peak FLOPS (FP8 for FP8
 weights on a GPU with FP8 units, else BF16) and memory bandwidth. Linear
-FLOPs are 2 x active parameters per token (q/k/v/o, the MLP or the k
-routed experts) plus the LM head for each sampled sequence; weight bytes
-are read once per step (for MoE only the experts the step's tokens touch:
+FLOPs are 2 x parameters per token (q/k/v/o and a dense model's MLP) plus
+the LM head for each sampled sequence; a MoE model's experts are their own
+term, 2 x the k routed experts' parameters per token; weight bytes are read
+once per step (for MoE only the experts the step's tokens touch:
 E x (1 - (1 - k/E)^T) expected). Attention is 4 x heads x head_dim FLOPs
 per (query, key) pair; decode reads every context token's K/V and every
 step writes its tokens' K/V. A TP group runs two ring all-reduces of the
@@ -82,10 +84,29 @@ class RooflineParams:
     )
     host_per_seq_us: float = setting(0.0, doc="Host time per scheduled sequence.", ge=0, le=MAX_HOST_TERM)
     host_per_token_us: float = setting(0.0, doc="Host time per scheduled token.", ge=0, le=MAX_HOST_TERM)
-    compute_efficiency: float = setting(0.5, doc="Share of peak FLOPS the GEMMs reach.", gt=0, le=1)
+    compute_efficiency: float = setting(0.5, doc="Share of peak FLOPS the dense GEMMs reach.", gt=0, le=1)
+    # A MoE layer's grouped GEMMs split the step's tokens over the experts:
+    # each expert's GEMM has a few rows, far from the tile shapes a dense
+    # GEMM of the same FLOPs runs at (docs/cost-model.md, "MoE experts").
+    moe_compute_efficiency: float = setting(
+        0.5, doc="Share of peak FLOPS the MoE experts' grouped GEMMs reach.", gt=0, le=1
+    )
     attention_efficiency: float = setting(0.35, doc="Share of peak FLOPS the attention kernels reach.", gt=0, le=1)
+    # Weight reads and K/V reads run in different kernels: a GEMM (GEMV at a
+    # few rows) streams each weight matrix once, contiguously; decode
+    # attention gathers every row's K/V from 16-token paged blocks scattered
+    # over the pool. One factor for both had to be the large batches' (KV
+    # reads, 0.5 on Hopper), which made a dense 8B model's weight-bound steps
+    # at a few rows twice as long as published (docs/cost-model.md, "Weight
+    # reads and K/V reads").
     memory_efficiency: float = setting(
-        0.8, doc="Share of peak memory bandwidth the weight and KV reads reach.", gt=0, le=1
+        0.8, doc="Share of peak memory bandwidth the weight reads (GEMMs) reach.", gt=0, le=1
+    )
+    kv_memory_efficiency: float = setting(
+        0.8,
+        doc="Share of peak memory bandwidth the attention kernels' K/V reads and writes (paged blocks) reach.",
+        gt=0,
+        le=1,
     )
     # vLLM's custom all-reduce on H100 NVLink takes 8.5-11.8 us for messages of
     # 0.5-32 KB at TP 2, 4 and 8, within 1 us of each other up to 4 KB
@@ -145,19 +166,25 @@ class RooflineCostModel:
 
         # Linear layers: every token through the attention projections and
         # its k experts (or the dense MLP); the LM head for sampled rows.
+        head = m.vocab_size * m.hidden_size
+        mem = bw * p.memory_efficiency
         if m.is_moe:
+            # The experts run in their own kernels (vLLM's fused MoE: grouped
+            # GEMMs over the tokens each expert got), at their own share of
+            # peak: each is priced on its own roofline and the times add.
             e, k = m.num_experts, m.num_experts_per_tok
             touched = e * (1.0 - (1.0 - k / e) ** tokens)
-            mlp_active = k * m.expert_params + m.hidden_size * e
-            mlp_read = touched * m.expert_params + m.hidden_size * e
+            moe_flops = 2.0 * tokens * layers * (k * m.expert_params + m.hidden_size * e)
+            moe_bytes = layers * (touched * m.expert_params * db_mlp + m.hidden_size * e * db)
+            t_moe = max(moe_flops / (flops * p.moe_compute_efficiency), moe_bytes / mem)
+            # the routing and dispatch kernels' fixed time, which bytes and FLOPs miss at a few rows
+            t_moe += layers * p.moe_layer_us * 1e-6
+            mlp = 0
         else:
-            mlp_active = mlp_read = m.expert_params
-        head = m.vocab_size * m.hidden_size
-        lin_flops = 2.0 * tokens * layers * (m.attn_params_per_layer + mlp_active) + 2.0 * sampled * head
-        lin_bytes = layers * (m.attn_params_per_layer * db + mlp_read * db_mlp) + head * db
-        t_linear = max(lin_flops / (flops * p.compute_efficiency), lin_bytes / (bw * p.memory_efficiency))
-        if m.is_moe:  # the routing and dispatch kernels' fixed time, which bytes and FLOPs miss at a few rows
-            t_linear += layers * p.moe_layer_us * 1e-6
+            t_moe, mlp = 0.0, m.expert_params
+        dense_flops = 2.0 * tokens * layers * (m.attn_params_per_layer + mlp) + 2.0 * sampled * head
+        dense_bytes = layers * (m.attn_params_per_layer * db + mlp * db_mlp) + head * db
+        t_linear = max(dense_flops / (flops * p.compute_efficiency), dense_bytes / mem) + t_moe
 
         # Attention: (query, key) pairs; K/V read for every attended token,
         # written for every new one.
@@ -166,7 +193,7 @@ class RooflineCostModel:
         pairs = shape.prefill_attention_pairs + decode_ctx
         attn_flops = 4.0 * layers * m.num_attention_heads * m.head_size * pairs
         kv_bytes = self.kv_bytes_per_token * (decode_ctx + prefill_ctx + tokens)
-        t_attn = max(attn_flops / (attn_peak * p.attention_efficiency), kv_bytes / (bw * p.memory_efficiency))
+        t_attn = max(attn_flops / (attn_peak * p.attention_efficiency), kv_bytes / (bw * p.kv_memory_efficiency))
 
         t_comm = 0.0
         act_bytes = tokens * m.hidden_size * act  # activations stay 16-bit under FP8 weights

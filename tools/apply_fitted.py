@@ -1,6 +1,6 @@
 """Copy the in-sample fit of `disagg-sim validate-cost --fit` (bench/validation/fitted.json)
-into the shipped data: each GPU's `efficiency` (its class's factors, the host terms and the
-fixed times per layer) in engine/data/gpus.json, and the `vllm-0.11` API-server preset in
+into the shipped data: each GPU's `efficiency` (its class's factors, the weight reads' efficiency,
+the host terms and the fixed times per layer) in engine/data/gpus.json, and the `vllm-0.11` API-server preset in
 engine/data/front_end.json.
 tests/bench/test_validation.py checks they agree."""
 
@@ -27,13 +27,13 @@ def main() -> None:
     for name, gpu in gpus.items():
         if name.startswith("_"):
             continue
-        factors = {**fitted.classes.get(gpu["gpu_class"], {}), **fitted.host, **fitted.layers}
+        factors = {**fitted.classes.get(gpu["gpu_class"], {}), **fitted.weights, **fitted.host, **fitted.layers}
         gpu["efficiency"] = factors
         cls = gpu["gpu_class"]
         which = (
-            f"{cls} class factors, host terms and fixed times per layer"
+            f"{cls} class factors, weight reads' efficiency, host terms and fixed times per layer"
             if cls in fitted.classes
-            else "host terms and fixed times per layer (class not fitted)"
+            else "weight reads' efficiency, host terms and fixed times per layer (class not fitted)"
         )
         gpu["efficiency_source"] = f"{which} {SOURCE}"
     gpus_path.write_text(json.dumps(gpus, indent=2) + "\n")

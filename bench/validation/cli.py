@@ -35,7 +35,8 @@ def split(points: list[Point]) -> tuple[list[Point], list[tuple[Point, str]]]:
 
 
 def fit_all(points: list[Point], runs: Runs, log=print) -> tuple[Fitted, dict[str, Fitted]]:
-    """In-sample on every point, and one fit per source without it (leave-one-source-out)."""
+    """In-sample on every point, and one fit per source without it (leave-one-source-out), its walks from the
+    in-sample values (fit.warm_start: what the remaining points do not identify dropped)."""
     log("== in-sample fit")
     in_sample = fit(points, runs, log)
     held_out = {}
@@ -45,7 +46,7 @@ def fit_all(points: list[Point], runs: Runs, log=print) -> tuple[Fitted, dict[st
             held_out[lab] = in_sample
             continue
         log(f"== fit without {lab}")
-        held_out[lab] = fit([p for p in points if p.lab != lab], runs, log)
+        held_out[lab] = fit([p for p in points if p.lab != lab], runs, log, start=in_sample)
     return in_sample, held_out
 
 
@@ -140,8 +141,8 @@ def add_validate_cost_parser(sub) -> None:
     v.add_argument(
         "--fit-fixed",
         action="store_true",
-        help="refit only the small steps' fixed times (host per step, all-reduce, MoE layer) from the stored fit "
-        "(minutes)",
+        help="refit only the small steps' terms (weight reads' efficiency, host per step, all-reduce, MoE layer) "
+        "from the stored fit (minutes)",
     )
     v.add_argument(
         "--fit-layers",

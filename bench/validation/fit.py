@@ -3,13 +3,19 @@ them in fitted.json (docs/validation.md, "How the parameters were fitted").
 
 What is fitted, and on which points of the set:
 - per GPU class (hopper, ampere, ...: engine/data/gpus.json `gpu_class`):
-  `compute_efficiency` (attention kept at the defaults' ratio to it) and
-  `memory_efficiency`, on the engine-bound points of that class (random
-  prompts of >= 1,000 tokens, all at once or at least 16 in flight);
+  `compute_efficiency` (dense GEMMs; attention kept at the defaults' ratio
+  to it), `moe_compute_efficiency` (the MoE experts' grouped GEMMs, where a
+  MoE point identifies it) and `kv_memory_efficiency` (decode attention's
+  paged K/V reads), on the
+  engine-bound points of that class (random prompts of >= 1,000 tokens, all
+  at once or at least 16 in flight);
 - `host_per_seq_us` (the step's host time per scheduled sequence), on the
   points with >= 500 requests at once (batches of hundreds of rows);
 - the fixed times of a step of a few rows, on the points with at most 16
-  requests in flight: `host_overhead_ms` (the step's host time),
+  requests in flight, and the weight reads that dominate such a step:
+  `memory_efficiency` (one value for every class: the share of peak
+  bandwidth a GEMM streaming its weights reaches), `host_overhead_ms` (the
+  step's host time),
   `collective_latency_us` (one TP all-reduce, two per layer) where a TP > 1
   point is among them, `moe_layer_us` (one MoE layer's routing and dispatch)
   where a MoE point is; a term no such point identifies keeps its cited
@@ -27,7 +33,10 @@ P/D timeline with what the aggregated points fitted.
 
 Why so few: leave-one-source-out (cli.py) refits them without the held-out
 source, and a point's error then says how the model generalises, which
-per-point knobs could not. The search: for each parameter group a walk
+per-point knobs could not. The engine-side groups (class factors, host per
+row, small steps' terms) are walked twice from the defaults in-sample; a
+held-out fit walks them once from the in-sample values its points identify
+(`warm_start`). The search: for each parameter group a walk
 along its grid from the starting value to the neighbour that scores lower,
 until none does; score = sum of squared log errors of the metrics a point
 publishes (mean TTFT, mean TPOT, output throughput).
@@ -51,7 +60,10 @@ from .simulate import EngineRun, Predicted, predict_from, run_engines
 FITTED = Path(__file__).resolve().parent / "fitted.json"
 METRIC_KEYS = ("mean_ttft_ms", "mean_tpot_ms", "output_throughput")
 COMPUTE_GRID = (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7, 0.8)
-MEMORY_GRID = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+MEMORY_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+ENGINE_ROUNDS = 2
+# Weight reads: the walk on the low-load points, finer near the top where GEMVs stream.
+WEIGHT_MEMORY_GRID = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 HOST_PER_SEQ_GRID = (0.0, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
 HOST_OVERHEAD_GRID = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 COLLECTIVE_US_GRID = (4.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0)
@@ -63,7 +75,10 @@ MOE_LAYER_US_GRID = (0.0, 10.0, 20.0, 30.0, 45.0, 60.0, 80.0, 100.0, 130.0)
 # Qwen3-30B-A3B FP8 against ~11 us of expert weights at peak bandwidth
 # (vLLM PR 24700), ~30 us fixed.
 START_LAYERS = {"collective_latency_us": 8.0, "moe_layer_us": 30.0}
-IPC_MS_GRID = (0.0, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0)
+# The one-way API server <-> engine core hop is a ZMQ message on one host plus an event-loop turn: the
+# grid stops at 5 ms, so that the hop cannot stand in for engine time the model lacks (the fit without
+# this bound picked 20 ms, docs/validation.md).
+IPC_MS_GRID = (0.0, 0.5, 1.0, 2.0, 5.0)
 REQUEST_MS_GRID = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0, 32.0)
 OUTPUT_TOKEN_US_GRID = (0.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0)
 # Sources whose TTFT does not measure what the model predicts, left out of
@@ -82,26 +97,35 @@ CHEAP_REPLAY_TOKENS = 30_000
 
 @dataclass(frozen=True)
 class Fitted:
-    """Per-class efficiency factors, the host terms and the API server's terms."""
+    """Per-class efficiency factors, the weight reads' efficiency, the host terms and the API server's terms."""
 
     classes: dict[str, dict[str, float]] = field(default_factory=dict)
     host: dict[str, float] = field(default_factory=dict)
     front_end: FrontEndParams = field(default_factory=FrontEndParams)
     # collective_latency_us and moe_layer_us (engine/roofline.py)
     layers: dict[str, float] = field(default_factory=lambda: dict(START_LAYERS))
+    # memory_efficiency (weight reads), one value for every class
+    weights: dict[str, float] = field(default_factory=dict)
 
     def params_for(self, gpu: str) -> RooflineParams:
         """The roofline factors a point on `gpu` runs with: its class's if fitted, else the defaults."""
         factors = self.classes.get(get_gpu(gpu).gpu_class, {})
-        return replace(RooflineParams(), **{**factors, **self.host, **self.layers})
+        return replace(RooflineParams(), **{**factors, **self.weights, **self.host, **self.layers})
 
     def to_dict(self) -> dict:
-        return {"classes": self.classes, "host": self.host, "layers": self.layers, "front_end": asdict(self.front_end)}
+        return {
+            "classes": self.classes,
+            "weights": self.weights,
+            "host": self.host,
+            "layers": self.layers,
+            "front_end": asdict(self.front_end),
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> Fitted:
         layers = dict(data.get("layers", START_LAYERS))
-        return cls(dict(data["classes"]), dict(data["host"]), checked_front_end(dict(data["front_end"])), layers)
+        front_end = checked_front_end(dict(data["front_end"]))
+        return cls(dict(data["classes"]), dict(data["host"]), front_end, layers, dict(data.get("weights", {})))
 
 
 def gpu_class(point: Point) -> str:
@@ -176,7 +200,7 @@ def relevant_params(point: Point, params: RooflineParams) -> RooflineParams:
     if point.tp == 1 and point.pp == 1:
         params = replace(params, collective_latency_us=d.collective_latency_us)
     if not get_model(point.model).is_moe:
-        params = replace(params, moe_layer_us=d.moe_layer_us)
+        params = replace(params, moe_layer_us=d.moe_layer_us, moe_compute_efficiency=d.moe_compute_efficiency)
     return params
 
 
@@ -201,55 +225,67 @@ def _memo(f: Callable[[float], float]) -> Callable[[float], float]:
     return g
 
 
-def _factors(compute: float, memory: float) -> dict[str, float]:
-    attention = round(min(1.0, compute * ATTENTION_RATIO), 4)
-    return {"compute_efficiency": compute, "attention_efficiency": attention, "memory_efficiency": memory}
+def _factors(values: dict[str, float]) -> dict[str, float]:
+    """A class's factors: the walked ones, attention at the defaults' ratio to the dense GEMMs'."""
+    attention = round(min(1.0, values["compute_efficiency"] * ATTENTION_RATIO), 4)
+    return {**values, "attention_efficiency": attention}
+
+
+def class_terms(points: Sequence[Point]) -> list[str]:
+    """The class factors a set of engine-bound points identifies: the dense GEMMs' and the K/V reads'
+    always, the MoE experts' grouped GEMMs' where a MoE model is among them."""
+    names = ["compute_efficiency", "kv_memory_efficiency"]
+    if any(get_model(p.model).is_moe for p in points):
+        names.insert(1, "moe_compute_efficiency")
+    return names
 
 
 def fit_class(runs: Runs, points: Sequence[Point], fitted: Fitted, cls: str) -> dict[str, float]:
-    """Coordinate walks on the class's two factors, from the defaults."""
-    c, m = RooflineParams().compute_efficiency, RooflineParams().memory_efficiency
+    """Coordinate walks on the class's factors (class_terms), from the class's current ones (else the
+    defaults)."""
+    d = RooflineParams()
+    grids: dict[str, Sequence[float]] = {"compute_efficiency": COMPUTE_GRID, "moe_compute_efficiency": COMPUTE_GRID}
+    grids["kv_memory_efficiency"] = MEMORY_GRID
+    start = fitted.classes.get(cls, {})
+    values = {name: start.get(name, getattr(d, name)) for name in class_terms(points)}
 
-    def total(cc: float, mm: float) -> float:
-        trial = replace(fitted, classes={**fitted.classes, cls: _factors(cc, mm)})
+    def total(trial_values: dict[str, float]) -> float:
+        trial = replace(fitted, classes={**fitted.classes, cls: _factors(trial_values)})
         s = runs.total(points, trial)
-        runs.log(f"  {cls}: compute_efficiency={cc} memory_efficiency={mm}: {s:.4f}")
+        runs.log(f"  {cls}: {' '.join(f'{k}={v}' for k, v in trial_values.items())}: {s:.4f}")
         return s
 
-    def at_memory(mm: float) -> Callable[[float], float]:
-        return lambda x: total(x, mm)
-
-    def at_compute(cc: float) -> Callable[[float], float]:
-        return lambda x: total(cc, x)
+    def along(name: str, base: dict[str, float]) -> Callable[[float], float]:
+        return lambda x: total({**base, name: x})
 
     for _ in range(3):
-        c_new = _walk(COMPUTE_GRID, c, _memo(at_memory(m)))
-        m_new = _walk(MEMORY_GRID, m, _memo(at_compute(c_new)))
-        if (c_new, m_new) == (c, m):
+        before = dict(values)
+        for name in values:
+            values[name] = _walk(grids[name], values[name], _memo(along(name, dict(values))))
+        if values == before:
             break
-        c, m = c_new, m_new
-    return _factors(c, m)
+    return _factors(values)
 
 
-def fit(points: Sequence[Point], runs: Runs | None = None, log: Callable[[str], None] = print) -> Fitted:
-    """The parameters fitted on `points` (module docstring: which on which)."""
+def fit(
+    points: Sequence[Point],
+    runs: Runs | None = None,
+    log: Callable[[str], None] = print,
+    start: Fitted | None = None,
+) -> Fitted:
+    """The parameters fitted on `points` (module docstring: which on which), the walks from the defaults, or
+    from `start` (the in-sample fit, for a leave-one-source-out fit: what `points` do not identify dropped)."""
     runs = runs or Runs(log)
-    fitted = Fitted(front_end=START_FRONT_END)
-    for cls in sorted({gpu_class(p) for p in points if is_engine_bound(p)}):
-        subset = [p for p in points if is_engine_bound(p) and gpu_class(p) == cls]
-        log(f"fitting {cls} on {[p.id for p in subset]}")
-        fitted = replace(fitted, classes={**fitted.classes, cls: fit_class(runs, subset, fitted, cls)})
-    large = [p for p in points if is_large_batch(p)]
-    if large:
-        log(f"fitting host_per_seq_us on {[p.id for p in large]}")
-
-        def host_total(x: float) -> float:
-            s = runs.total(large, replace(fitted, host={"host_per_seq_us": x}))
-            log(f"  host_per_seq_us={x}: {s:.4f}")
-            return s
-
-        fitted = replace(fitted, host={"host_per_seq_us": _walk(HOST_PER_SEQ_GRID, 0.0, _memo(host_total))})
-    fitted = fit_fixed(points, fitted, runs, log)
+    if start is None:
+        fitted, rounds = Fitted(front_end=START_FRONT_END), ENGINE_ROUNDS
+    else:
+        fitted, rounds = warm_start(points, start), 1
+    # The groups share the engine-bound runs (their steps carry host time per row and the weight reads too):
+    # fitted one after the other, a class's factors would absorb the terms fitted after them (per-row host
+    # time at 0 pulls the K/V reads' efficiency down), so from the defaults the groups are walked twice, the
+    # second round from the first's values; from a warm start, once.
+    for _ in range(rounds):
+        fitted = _fit_engine_round(points, fitted, runs, log)
     cheap = [p for p in points if is_cheap_replay(p)]
     log(f"fitting the front end on {[p.id for p in cheap]}")
     fe = fitted.front_end
@@ -261,10 +297,48 @@ def fit(points: Sequence[Point], runs: Runs | None = None, log: Callable[[str], 
     return replace(fitted, front_end=fe)
 
 
+def warm_start(points: Sequence[Point], start: Fitted) -> Fitted:
+    """`start` less what `points` cannot fit: a class without engine-bound points, the host time per row
+    without large batches, the small steps' terms without low-load points, the API server's without cheap
+    replays (those go back to the defaults and cited values, as a fit from scratch leaves them)."""
+    classes = {c: v for c, v in start.classes.items() if any(is_engine_bound(p) and gpu_class(p) == c for p in points)}
+    host = dict(start.host)
+    if not any(is_large_batch(p) for p in points):
+        host.pop("host_per_seq_us", None)
+    low = any(is_low_load(p) for p in points)
+    if not low:
+        host.pop("host_overhead_ms", None)
+    weights = dict(start.weights) if low else {}
+    front_end = start.front_end if any(is_cheap_replay(p) for p in points) else START_FRONT_END
+    return Fitted(classes, host, front_end, dict(start.layers), weights)
+
+
+def _fit_engine_round(points: Sequence[Point], fitted: Fitted, runs: Runs, log: Callable[[str], None]) -> Fitted:
+    """One walk of each engine-side group: the class factors, the host time per row, the small steps' terms."""
+    for cls in sorted({gpu_class(p) for p in points if is_engine_bound(p)}):
+        subset = [p for p in points if is_engine_bound(p) and gpu_class(p) == cls]
+        log(f"fitting {cls} on {[p.id for p in subset]}")
+        fitted = replace(fitted, classes={**fitted.classes, cls: fit_class(runs, subset, fitted, cls)})
+    large = [p for p in points if is_large_batch(p)]
+    if large:
+        log(f"fitting host_per_seq_us on {[p.id for p in large]}")
+        base = fitted
+
+        def host_total(x: float) -> float:
+            s = runs.total(large, replace(base, host={**base.host, "host_per_seq_us": x}))
+            log(f"  host_per_seq_us={x}: {s:.4f}")
+            return s
+
+        x = _walk(HOST_PER_SEQ_GRID, base.host.get("host_per_seq_us", 0.0), _memo(host_total))
+        fitted = replace(base, host={**base.host, "host_per_seq_us": x})
+    return fit_fixed(points, fitted, runs, log)
+
+
 def identified_terms(low: Sequence[Point]) -> list[str]:
-    """The fixed times that runs of a few rows identify: the per-step host time always, the all-reduce's
-    where one runs at TP > 1, the MoE layer's where one runs a MoE model."""
-    names = ["host_overhead_ms"]
+    """What runs of a few rows identify: the weight reads' efficiency and the per-step host time always
+    (such a step is its weight reads and its fixed times), the all-reduce's where one runs at TP > 1, the MoE
+    layer's where one runs a MoE model."""
+    names = ["memory_efficiency", "host_overhead_ms"]
     if any(p.tp > 1 for p in low):
         names.append("collective_latency_us")
     if any(get_model(p.model).is_moe for p in low):
@@ -288,8 +362,10 @@ def fit_fixed(
         return fitted
     grids = {"host_overhead_ms": HOST_OVERHEAD_GRID, "collective_latency_us": COLLECTIVE_US_GRID}
     grids["moe_layer_us"] = MOE_LAYER_US_GRID
+    grids["memory_efficiency"] = WEIGHT_MEMORY_GRID
     names = identified_terms(low)
-    terms = [(name, grids[name]) for name in names if host or name != "host_overhead_ms"]
+    # host False (--fit-layers): only the per-layer terms, which only TP > 1 and MoE points' runs see.
+    terms = [(name, grids[name]) for name in names if host or name in START_LAYERS]
     # A term the points do not identify goes back to its cited value.
     layers = {k: (fitted.layers.get(k, v) if k in names else v) for k, v in START_LAYERS.items()}
     fitted = replace(fitted, layers=layers)
@@ -298,11 +374,15 @@ def fit_fixed(
     def with_term(f: Fitted, name: str, x: float) -> Fitted:
         if name == "host_overhead_ms":
             return replace(f, host={**f.host, name: x})
+        if name == "memory_efficiency":
+            return replace(f, weights={name: x})
         return replace(f, layers={**f.layers, name: x})
 
     def current(f: Fitted, name: str) -> float:
         if name == "host_overhead_ms":
             return f.host.get(name, RooflineParams().host_overhead_ms)
+        if name == "memory_efficiency":
+            return f.weights.get(name, RooflineParams().memory_efficiency)
         return f.layers[name]
 
     for _ in range(3):

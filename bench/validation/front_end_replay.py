@@ -54,9 +54,15 @@ def replay(
     emissions: dict[str, Emissions],
     params: FrontEndParams,
     max_concurrency: int | None,
+    servers: int = 1,
 ) -> list[RequestRecord]:
-    """Client-side records: arrival at the client, tokens when the client sees them."""
-    fe = FrontEnd(params)
+    """Client-side records: arrival at the client, tokens when the client sees them. `servers`: the API
+    servers, one per engine replica (each `vllm serve` runs its own); the round-robin router sends the
+    i-th request of the workload to replica i mod servers, as the run's router did."""
+    if servers < 1:
+        raise ValueError(f"servers={servers!r} is invalid; allowed: an int >= 1 (one API server per replica)")
+    fes = [FrontEnd(params) for _ in range(servers)]
+    server_of = {w.request_id: fes[i % servers] for i, w in enumerate(workload)}
     order = [w for w in workload if w.request_id in emissions]
     events: list[tuple[float, int, str, str, int]] = []  # (time, seq, kind, request id, chunk index)
     seq = 0
@@ -81,6 +87,7 @@ def replay(
     while events:
         t, _, kind, rid, i = heapq.heappop(events)
         em = emissions[rid]
+        fe = server_of[rid]
         if kind == "arrive":
             w = by_id[rid]
             records[rid] = RequestRecord(rid, t, w.prompt_len, w.output_len)

@@ -292,6 +292,8 @@ class EngineRun:
     num_gpu_blocks: int
     kv_floor: bool
     num_preemptions: int
+    # API servers in front (one per replica: each engine instance runs its own `vllm serve`)
+    servers: int = 1
 
 
 def run_engines(point: Point, params: RooflineParams, seed: int = 0, within=None) -> EngineRun:
@@ -307,13 +309,25 @@ def run_engines(point: Point, params: RooflineParams, seed: int = 0, within=None
     emissions = {e.request_id: e for e in (emissions_of(r) for r in run.requests) if e is not None}
     blocks, floor = kv_pool(point, params)
     return EngineRun(
-        tuple(workload), max_concurrency, emissions, blocks, floor, int(run.counters().get("num_preemptions", 0))
+        tuple(workload),
+        max_concurrency,
+        emissions,
+        blocks,
+        floor,
+        int(run.counters().get("num_preemptions", 0)),
+        servers=api_servers(point),
     )
+
+
+def api_servers(point: Point) -> int:
+    """The API servers that stream a point's tokens: one per engine instance that serves the client (each runs
+    its own `vllm serve`), so the aggregated replicas or, in P/D, the decode nodes (round robin, as routed)."""
+    return int(point.pd["num_decode"]) if point.pd is not None else point.replicas
 
 
 def predict_from(run: EngineRun, front_end: FrontEndParams) -> Predicted:
     """vllm bench serve's means as the client sees them, through the API server."""
-    records = replay(run.workload, run.emissions, front_end, run.max_concurrency)
+    records = replay(run.workload, run.emissions, front_end, run.max_concurrency, run.servers)
     m = compute_metrics(records).to_dict()
     return Predicted(
         mean_ttft_ms=float(m["mean_ttft_ms"]),

@@ -38,11 +38,18 @@ def test_calibrate_from_a_vllm_log_fits_decode_and_says_what_it_cannot(tmp_path)
     # Decode-only steps: nothing compute-bound, no prefill attention. And the
     # preset's per-sequence host time (80 us, fitted on published vLLM 0.11
     # runs; calibrate keeps it) leaves this sample's large decode batches less
-    # time than reading the weights and KV at the peak takes: memory_efficiency
-    # is pinned at its bound, and the fit says so.
-    assert _warnings(done.stderr) == ["memory_efficiency", "compute_efficiency", "attention_efficiency"]
+    # time than reading the K/V at the peak takes: kv_memory_efficiency (the
+    # decode steps' K/V reads, most of their bytes at these contexts) is
+    # pinned at its bound, and the fit says so; the per-step host time then
+    # moves no step by a measurable share.
+    assert _warnings(done.stderr) == [
+        "kv_memory_efficiency",
+        "compute_efficiency",
+        "attention_efficiency",
+        "host_overhead_ms",
+    ]
     assert "not identifiable from these points" in done.stderr and "sits on its bound 1.0" in done.stderr
-    assert json.loads(out.read_text())["memory_efficiency"] == 1.0
+    assert json.loads(out.read_text())["kv_memory_efficiency"] == 1.0
 
 
 def test_concurrency_1_bench_serve_warns_of_factors_on_their_bound(tmp_path):
@@ -53,8 +60,15 @@ def test_concurrency_1_bench_serve_warns_of_factors_on_their_bound(tmp_path):
     assert "warning: memory_efficiency sits on its bound 1.0: the data want the hardware faster than its peak" in (
         "\n".join(lines)
     )
-    # On a bound: attention and memory; and attention is not identifiable (prefills of one size range).
-    assert _warnings(done.stderr) == ["attention_efficiency", "memory_efficiency", "attention_efficiency"]
+    # On a bound: attention, weight and K/V reads; attention and the K/V reads are not identifiable (prefills of
+    # one size range, decode of one request at a time).
+    assert _warnings(done.stderr) == [
+        "attention_efficiency",
+        "memory_efficiency",
+        "kv_memory_efficiency",
+        "attention_efficiency",
+        "kv_memory_efficiency",
+    ]
 
 
 def test_a_log_without_decode_intervals_is_one_line_exit_2(tmp_path):

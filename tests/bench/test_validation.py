@@ -137,10 +137,12 @@ def test_the_shipped_gpu_specs_carry_the_fitted_factors():
     for name in shipped_gpus():
         gpu = get_gpu(name)
         shipped = dict(gpu.efficiency)
-        expected = {**fitted.classes.get(gpu.gpu_class, {}), **fitted.host, **fitted.layers}
+        expected = {**fitted.classes.get(gpu.gpu_class, {}), **fitted.weights, **fitted.host, **fitted.layers}
         assert shipped == expected, name
     preset = get_cost_model("llama-3.1-8b-h100")
     assert preset.params.compute_efficiency == fitted.classes["hopper"]["compute_efficiency"]
+    assert preset.params.memory_efficiency == fitted.weights["memory_efficiency"]
+    assert preset.params.kv_memory_efficiency == fitted.classes["hopper"]["kv_memory_efficiency"]
 
 
 def test_fixed_times_are_fitted_only_where_low_load_points_identify_them():
@@ -148,9 +150,9 @@ def test_fixed_times_are_fitted_only_where_low_load_points_identify_them():
 
     sim, _ = split(load_all())
     low = [p for p in sim if is_low_load(p)]
-    assert identified_terms(low) == ["host_overhead_ms", "collective_latency_us", "moe_layer_us"]
+    assert identified_terms(low) == ["memory_efficiency", "host_overhead_ms", "collective_latency_us", "moe_layer_us"]
     # Without Anyscale's gpt-oss-120b runs no low-load point runs TP > 1 or a MoE model.
-    assert identified_terms([p for p in low if p.lab != "anyscale"]) == ["host_overhead_ms"]
+    assert identified_terms([p for p in low if p.lab != "anyscale"]) == ["memory_efficiency", "host_overhead_ms"]
     fitted = load_fitted()
     assert fitted["held_out"]["anyscale"].layers == START_LAYERS
     # A fitted.json written before the per-layer terms reads with the cited values.
@@ -165,8 +167,61 @@ def test_an_engine_run_is_keyed_only_by_the_terms_it_can_see():
 
     dense = _point("gpustack-qwen3-8b-h100-sharegpt-c4")
     moe_tp4 = _point("anyscale-gpt-oss-120b-h100-sxm-agg-2xtp4-c4")
-    a = RooflineParams(collective_latency_us=8.0, moe_layer_us=0.0)
-    b = RooflineParams(collective_latency_us=24.0, moe_layer_us=30.0)
+    a = RooflineParams(collective_latency_us=8.0, moe_layer_us=0.0, moe_compute_efficiency=0.5)
+    b = RooflineParams(collective_latency_us=24.0, moe_layer_us=30.0, moe_compute_efficiency=0.3)
     assert relevant_params(dense, a) == relevant_params(dense, b)
     assert relevant_params(moe_tp4, a) != relevant_params(moe_tp4, b)
     assert relevant_params(moe_tp4, b) == b
+
+
+def test_each_replica_has_its_own_api_server_in_the_replay():
+    from bench.validation.front_end_replay import Emissions, replay
+    from engine.front_end import FrontEndParams
+    from engine.records import WorkloadRequest
+
+    # Three requests at t=0, 10 ms of server time each (request_ms), the engine's one token 1 ms after it has one.
+    work = [WorkloadRequest(f"r{i}", 0.0, 100, 1) for i in range(3)]
+    em = {w.request_id: Emissions(w.request_id, 100, ((0.001, 1),)) for w in work}
+    fe = FrontEndParams(request_ms=10.0, prompt_token_us=0.0, output_token_us=0.0, ipc_ms=0.0)
+    # One server: tokenized in turn, ready at 10, 20, 30 ms; r0's and r1's tokens (11, 21 ms) are streamed by
+    # the same server after the tokenizations before them, at 30 ms; r2's at 31.
+    one = [r.token_times[0] for r in replay(work, em, fe, None)]
+    assert one == pytest.approx([0.030, 0.030, 0.031])
+    # Two (round robin: r0 and r2 on the first, r1 on the second): r1 ready at 10 ms, its token seen at 11;
+    # the first server tokenizes r0 then r2 (10, 20 ms), streams r0's token after r2's tokenization (20 ms)
+    # and r2's at 21.
+    two = [r.token_times[0] for r in replay(work, em, fe, None, servers=2)]
+    assert two == pytest.approx([0.020, 0.011, 0.021])
+    with pytest.raises(ValueError, match="servers=0 is invalid"):
+        replay(work, em, fe, None, servers=0)
+
+
+def test_a_point_has_one_api_server_per_engine_instance_serving_the_client():
+    from bench.validation.simulate import api_servers
+
+    assert api_servers(_point("anyscale-gpt-oss-120b-h100-sxm-agg-4xtp2-c4")) == 4
+    assert api_servers(_point("vllmrouter-llama-3.1-8b-h100-pd-8p1-8d1-nixl-c16")) == 8
+    assert api_servers(_point("gpustack-qwen3-8b-h100-sharegpt-c4")) == 1
+
+
+def test_a_held_out_fit_starts_from_the_in_sample_values_its_points_identify():
+    from bench.validation.fit import START_FRONT_END, Fitted, warm_start
+    from engine.front_end import FrontEndParams
+
+    start = Fitted(
+        classes={"hopper": {"compute_efficiency": 0.4}, "cdna3": {"compute_efficiency": 0.3}},
+        host={"host_per_seq_us": 40.0, "host_overhead_ms": 0.5},
+        front_end=FrontEndParams(request_ms=1.0, prompt_token_us=1.3, output_token_us=50.0, ipc_ms=1.0),
+        weights={"memory_efficiency": 0.85},
+    )
+    sim, _ = split(load_all())
+    # Without AMD's one MI300X point the cdna3 class is not fitted: the defaults, as from scratch.
+    no_amd = warm_start([p for p in sim if p.lab != "amd"], start)
+    assert set(no_amd.classes) == {"hopper"} and no_amd.host == start.host and no_amd.weights == start.weights
+    # Anyscale's runs alone: no batch of >= 500 requests (no host per row); their closed loops of 4 keep the
+    # small steps' terms and the API server's.
+    anyscale = warm_start([p for p in sim if p.lab == "anyscale"], start)
+    assert anyscale.host == {"host_overhead_ms": 0.5} and anyscale.front_end == start.front_end
+    # P/D points alone identify nothing.
+    pd = warm_start([p for p in sim if p.pd is not None], start)
+    assert (pd.classes, pd.host, pd.weights, pd.front_end) == ({}, {}, {}, START_FRONT_END)

@@ -93,6 +93,68 @@ def test_prefill_attention_pairs_and_tp_all_reduce_by_hand():
     assert m.step_time(StepShape()) == 0.0
 
 
+def test_weight_reads_and_kv_reads_have_their_own_efficiency():
+    # The decode step of test_decode_step_by_hand: weights 2,464 B, K/V 128 B, attention 192 FLOPs.
+    shape = StepShape(prefill_tokens=0, decode_tokens=1, context_tokens=3, batch_size=1, decode_context_tokens=3)
+    base = dict(host_overhead_ms=0, compute_efficiency=1, attention_efficiency=1, collective_latency_us=0)
+    # K/V at half the bandwidth: 128 / 500 = 0.256 s beats the 0.192 s of FLOPs; the weights stay 2.464 s.
+    assert _tiny(**base, memory_efficiency=1, kv_memory_efficiency=0.5).step_time(shape) == pytest.approx(2.464 + 0.256)
+    # Weights at half: 4.928 s; the K/V reads at full bandwidth stay under the FLOPs (0.128 < 0.192).
+    assert _tiny(**base, memory_efficiency=0.5, kv_memory_efficiency=1).step_time(shape) == pytest.approx(4.928 + 0.192)
+    # Both are scenario settings, checked where declared.
+    spec = ClusterSpec.model_validate(
+        {"cost_model": {"model": "qwen3-8b", "gpu": "h100-sxm", "kv_memory_efficiency": 0.7}}
+    )
+    assert spec.cost_model.kv_memory_efficiency == 0.7
+    with pytest.raises(ValueError, match="kv_memory_efficiency"):
+        ClusterSpec.model_validate({"cost_model": {"model": "qwen3-8b", "gpu": "h100-sxm", "kv_memory_efficiency": 0}})
+
+
+def _tiny_moe(**params) -> RooflineCostModel:
+    model = ModelShape(
+        "tiny-moe",
+        num_hidden_layers=2,
+        hidden_size=8,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=16,
+        vocab_size=10,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=4,
+    )
+    gpu = get_gpu(
+        {"name": "g", "bf16_tflops": 1e-9, "memory_bandwidth_GBps": 1e-6, "memory_GB": 1.0, "interconnect_GBps": 1e-6}
+    )
+    return RooflineCostModel("tiny-moe", model, gpu, 1, 1, RooflineParams(**params))
+
+
+def test_moe_experts_run_at_their_own_efficiency_by_hand():
+    # F = 1000 FLOP/s, B = 1000 B/s. One expert: 3 x 8 x 4 = 96 params; router 8 x 4 = 32; attention 192.
+    # One decode token, context 3: 2 of the 4 experts touched (4 x (1 - (1 - 2/4)^1)).
+    # Dense part (attention projections + LM head): FLOPs 2*1*2*192 + 2*1*80 = 928, bytes 2*192*2 + 80*2 = 928.
+    # Experts: FLOPs 2*1*2*(2*96 + 32) = 896; bytes 2*(2*96*2 + 32*2) = 896.
+    # Attention: 192 FLOPs vs K/V 128 B.
+    shape = StepShape(prefill_tokens=0, decode_tokens=1, context_tokens=3, batch_size=1, decode_context_tokens=3)
+    factors = dict(
+        host_overhead_ms=0,
+        compute_efficiency=1,
+        attention_efficiency=1,
+        memory_efficiency=1,
+        kv_memory_efficiency=1,
+        collective_latency_us=0,
+    )
+    m = _tiny_moe(**factors, moe_compute_efficiency=0.5)
+    # Grouped GEMMs at half the peak: 896 / 500 = 1.792 s, above their 0.896 s of bytes; the kernels add.
+    assert m.step_time(shape) == pytest.approx(0.928 + 1.792 + 0.192)
+    assert m.with_params(moe_compute_efficiency=1).step_time(shape) == pytest.approx(0.928 + 0.896 + 0.192)
+    # Plus the MoE layers' fixed time, 2 x 0.25 s.
+    assert m.with_params(moe_layer_us=250_000).step_time(shape) == pytest.approx(0.928 + 1.792 + 0.192 + 0.5)
+    # A dense model has no expert kernels: the factor moves nothing.
+    dense = _tiny(**factors)
+    assert dense.with_params(moe_compute_efficiency=0.1).step_time(shape) == dense.step_time(shape)
+
+
 def test_moe_reads_only_touched_experts():
     m = get_cost_model("qwen3-30b-a3b-h100")
     # The GPU's part: the step less its host time (which the fitted host terms make several ms).
@@ -238,9 +300,11 @@ def test_the_gpu_catalogue_has_every_gpu_of_issue_32_with_its_class_and_fp8_peak
 
 
 def test_fp8_weights_and_kv_cache_halve_the_bytes_and_run_at_the_fp8_peak():
-    bf16 = RooflineCostModel.from_dict({"model": "llama-3.1-8b", "gpu": "h100-sxm", "host_overhead_ms": 0})
+    # No host time (per step or per row): the GPU's part only.
+    no_host = {"host_overhead_ms": 0, "host_per_seq_us": 0}
+    bf16 = RooflineCostModel.from_dict({"model": "llama-3.1-8b", "gpu": "h100-sxm", **no_host})
     fp8 = RooflineCostModel.from_dict(
-        {"model": "llama-3.1-8b", "gpu": "h100-sxm", "host_overhead_ms": 0, "dtype": "fp8", "kv_cache_dtype": "fp8"}
+        {"model": "llama-3.1-8b", "gpu": "h100-sxm", **no_host, "dtype": "fp8", "kv_cache_dtype": "fp8"}
     )
     assert fp8.weight_bytes * 2 == bf16.weight_bytes
     assert fp8.kv_bytes_per_token * 2 == bf16.kv_bytes_per_token == 131072
