@@ -5,9 +5,11 @@ preemptions, KV blocks pulled — and a KV outage must cost the same
 attempts, retries, failures, done reports and hold timeouts in both.
 
 Timing-independent means: the engine steps one batch at a time (depth 1),
-every request arrives at once (one message to the node), and the fault
-policy's decision points lie tens of milliseconds from each other, far
-from the wall clock's jitter."""
+every request arrives at once (one message to the node: no API server in
+front, whose per-request time would hand them over one by one, a fraction
+of a millisecond apart on the wall clock, so that a step's batch depended
+on the wall clock), and the fault policy's decision points lie tens of
+milliseconds from each other, far from the wall clock's jitter."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from bench.wall_twin import to_model_time
 from cluster.inproc import run_inproc
 from cluster.ray.runtime import run_ray
 
-from .conftest import make_spec, workload
+from .conftest import make_spec as _make_spec
+from .conftest import workload
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
@@ -32,6 +35,10 @@ KV_KEYS = (
     "kv_done_reports_delivered",
 )
 PRODUCER_KEYS = ("kv_done_reports", "kv_failed_done_reports", "kv_late_done_reports", "kv_hold_timeouts")
+
+
+def make_spec(**overrides):
+    return _make_spec(front_end={"preset": "off"}, **overrides)
 
 
 def per_request(result):
