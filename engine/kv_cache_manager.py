@@ -10,7 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .block_hash import extend_block_hashes, first_block_hash, update_block_hashes
-from .block_pool import BlockPool, KVCacheBlock
+from .block_pool import BlockPool
+from .kv_cache_block import KVCacheBlock
 from .request import Request, RequestStatus
 
 

@@ -24,7 +24,7 @@ from .request_queue import create_request_queue
 from .sampler import DeterministicSampler
 
 if TYPE_CHECKING:
-    from .block_pool import KVCacheBlock
+    from .kv_cache_block import KVCacheBlock
     from .steady_cohort import SteadyCohort
 
 

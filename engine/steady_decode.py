@@ -46,7 +46,7 @@ from .steady_shadow import ShadowLag
 from .stop_checker import check_stop
 
 if TYPE_CHECKING:
-    from .block_pool import KVCacheBlock
+    from .kv_cache_block import KVCacheBlock
     from .node_core import NodeCore
 
 

@@ -1,4 +1,4 @@
-"""The free queues the pool uses (engine/block_pool.py: `FreeBlockStack`
+"""The free queues the pool uses (engine/free_block_queues.py: `FreeBlockStack`
 without prefix caching, `FreeBlockFifo` with it) hand out and take back
 blocks in exactly the order of the linked free queue vLLM's layout uses
 (`FreeBlockQueue`), for any mix of the operations the pool makes."""
@@ -9,7 +9,9 @@ import random
 
 import pytest
 
-from engine.block_pool import BlockPool, FreeBlockFifo, FreeBlockQueue, FreeBlockStack, KVCacheBlock
+from engine.block_pool import BlockPool
+from engine.free_block_queues import FreeBlockFifo, FreeBlockQueue, FreeBlockStack
+from engine.kv_cache_block import KVCacheBlock
 
 
 @pytest.mark.parametrize("seed", range(20))
