@@ -187,7 +187,7 @@ class Scenario:
     def _cluster_for(self, variant: Variant) -> ClusterSpec:
         raw = self._variant_raw(variant)
         try:
-            return ClusterSpec.model_validate(raw.get("cluster") or {})
+            return ClusterSpec.model_validate(raw.get("cluster") or {}, context=self._validation_context)
         except ValidationError as exc:
             raise ScenarioError(
                 format_validation_error(

@@ -101,7 +101,9 @@ Conventions:
 - Trace files: Mooncake JSONL (`timestamp` ms, `input_length`,
   `output_length`, optional `hash_ids`) or CSV with a header
   (`arrival_time` s, `prompt_len`, `output_len`; optional `request_id`,
-  `priority`). Paths are relative to the scenario file.
+  `priority`). Paths (a trace, empirical lengths, a `cost_model` preset
+  file) are relative to the scenario file's directory; a relative path
+  given with `--set` is the working directory's.
 """
 
 

@@ -54,8 +54,10 @@ def require_trace_file(given: str, scenario_source: str | Path) -> Path:
     """The trace a scenario names (`trace.path`, relative to the scenario
     file's directory unless absolute), or a TraceError that shows where it
     was looked for: the absolute path, and what a relative one was taken
-    relative to (a scenario run from elsewhere, or `--set trace.path=...`,
-    otherwise reads as if the file were simply missing)."""
+    relative to (a scenario run from another directory otherwise reads as
+    if the file were simply missing). A relative `--set trace.path=...` is
+    the working directory's, made absolute before it gets here
+    (bench/commands/run_inputs.py `paths_from_cwd`)."""
     path = Path(given)
     if path.is_absolute():
         where, how = path, "an absolute path"

@@ -84,15 +84,20 @@ class FrontEndSettings(StrictModel):
         return front_end_params(self.preset, **overrides)
 
 
-def load_preset_file(path: str) -> dict:
-    """A preset file (`disagg-sim calibrate` writes them): JSON, a cost model mapping."""
+def load_preset_file(path: str, how: str) -> dict:
+    """A preset file (`disagg-sim calibrate` writes them): JSON, a cost model mapping. `how` says
+    what a relative name was taken relative to (cluster/settings_base.py `scenario_relative`)."""
     import json
 
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-    except (OSError, ValueError) as err:
-        raise ValueError(f"cost_model={path!r}: cannot read the preset file ({err}); allowed: a JSON file") from None
+    except OSError as err:
+        raise ValueError(
+            f"cannot read the preset file at {path} ({how}): {err.strerror or err}; allowed: a JSON file"
+        ) from None
+    except ValueError as err:
+        raise ValueError(f"the preset file at {path} is not JSON ({err}); allowed: a JSON file") from None
     if not isinstance(data, dict):
-        raise ValueError(f"cost_model={path!r}: the preset file holds {type(data).__name__}; allowed: a mapping")
+        raise ValueError(f"the preset file at {path} holds {type(data).__name__}; allowed: a mapping")
     return data

@@ -11,7 +11,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
-from pydantic import Field, ValidatorFunctionWrapHandler, field_validator, model_validator
+from pydantic import Field, ValidationInfo, ValidatorFunctionWrapHandler, field_validator, model_validator
 
 from connector.kv_timing import NO_KV_TIMING, KVTransferTiming
 from connector.pull_policy import KVFaultPolicy
@@ -32,7 +32,7 @@ from .kv_transfer import KVTransferSettings
 from .link_settings import LinksSpec
 from .placement_spec import PlacementSpec, TlsMode
 from .routing_settings import RoutingPolicy, RoutingWeights
-from .settings_base import MAX_BLOCKS, MAX_RUN_S, StrictModel, from_setting, int_or_auto
+from .settings_base import MAX_BLOCKS, MAX_RUN_S, StrictModel, from_setting, int_or_auto, scenario_relative
 
 
 def _blocks(group: NodeGroup) -> int:
@@ -85,9 +85,10 @@ class ClusterSpec(StrictModel):
 
     @field_validator("cost_model", mode="before")
     @classmethod
-    def _known_cost_model(cls, v: object) -> object:
+    def _known_cost_model(cls, v: object, info: ValidationInfo) -> object:
         if isinstance(v, str) and v.endswith(".json"):
-            v = load_preset_file(v)
+            # The scenario file's directory's, as trace.path is; `--set` made it absolute already.
+            v = load_preset_file(*scenario_relative(v, info.context))
         if isinstance(v, dict) and ("model" in v or "gpu" in v):
             return RooflineSettings.model_validate(v)  # not the linear branch's errors
         if isinstance(v, str) and v not in cost_model_names():

@@ -28,10 +28,25 @@ def parse_set(items: list[str]) -> dict:
         key, value = item.split("=", 1)
         key = key.strip()
         try:
-            out[key] = safe_load_bounded(value) if value.strip() else ""
+            parsed = safe_load_bounded(value) if value.strip() else ""
         except yaml.YAMLError as exc:
             raise InputError(f"--set {item!r}: the value is not valid YAML ({one_line(str(exc))})") from None
+        out[key] = paths_from_cwd(key.rsplit(".", 1)[-1], parsed)
     return out
+
+
+def paths_from_cwd(name: str, value: object) -> object:
+    """A file a flag names is the working directory's, as any shell argument is; the scenario's own
+    paths (trace.path, empirical lengths' path, a cost_model preset file) are its directory's
+    (cluster/settings_base.py `scenario_relative`). So a relative path given with `--set` is made
+    absolute here, before it joins the scenario: `--set cluster.cost_model=my.json` on a built-in
+    scenario finds ./my.json, not one beside the built-in file."""
+    if isinstance(value, dict):
+        return {k: paths_from_cwd(str(k), v) for k, v in value.items()}
+    names_a_file = name == "path" or (name == "cost_model" and str(value).endswith(".json"))
+    if names_a_file and isinstance(value, str) and value and not Path(value).is_absolute():
+        return str(Path.cwd() / value)
+    return value
 
 
 def link_overrides(args) -> tuple[dict, dict]:

@@ -221,6 +221,7 @@ CUT_GRACE_S = 50.0  # how late past its bound a loaded machine may cut a stream
 # Issue 34: what strangers may make the server hold, and what it may keep
 # once the streams that used it have ended.
 FLOOD_BOUND = 64 << 20
+RELEASE_GRACE_S = 30.0  # how long after the last stream ends its memory may still be held
 
 
 class StallServer:
@@ -373,6 +374,14 @@ def test_stalled_readers_of_4mib_chunks_are_bounded_and_their_memory_released():
         start = server.state()
         codes, during = run(body(server.address), timeout_s=90)
         after = server.state()
+        # The streams' buffers go back when grpc's core tears the cancelled
+        # streams down, which trails the handler's count on a loaded machine
+        # (118 MiB still held at the first sample once, under a full suite
+        # with two other jobs): sample until released, within a bound.
+        deadline = time.monotonic() + RELEASE_GRACE_S
+        while after["rss"] - start["rss"] >= FLOOD_BOUND and time.monotonic() < deadline:
+            time.sleep(0.5)
+            after = server.state()
     finally:
         server.close()
     served = DEFAULT_MAX_INFLIGHT_BYTES // (CHUNKS_HELD_PER_STREAM * (4 << 20))
