@@ -149,7 +149,8 @@ def test_sliding_window_layers_read_only_the_window_by_hand():
     with pytest.raises(ValueError, match="layer_types=.*allowed: num_hidden_layers"):
         replace(sliding, layer_types=("sliding_attention",))
     # config.json writes null for a model without a window (Qwen2's use_sliding_window false).
-    qwen2 = get_model({**get_model("qwen3-8b").__dict__, "sliding_window": None, "layer_types": ["full_attention"] * 36})
+    config = {**get_model("qwen3-8b").__dict__, "sliding_window": None, "layer_types": ["full_attention"] * 36}
+    qwen2 = get_model(config)
     assert qwen2.num_sliding_layers == 0
 
 
