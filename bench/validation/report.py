@@ -172,7 +172,7 @@ def render(
         "",
         "`used for`: the fits the point takes part in (bench/validation/fit.py): the efficiency factors of its",
         "GPU class (engine-bound points), the host time per scheduled row (>= 500 requests at once), the",
-        "fixed times of small steps (host per step, TP all-reduce, MoE layer; <= 16 in flight), the",
+        "fixed times of small steps (host per step, MoE layer; <= 16 in flight), the",
         "API server's terms (points whose replay is cheap). P/D points are in no fit: they check the P/D",
         "timeline (cluster/kv_transfer.py presets) with what the aggregated points fitted.",
         "",
@@ -215,8 +215,9 @@ def render(
         f"{d.moe_compute_efficiency:g}, attention {d.attention_efficiency:g}, K/V reads {d.kv_memory_efficiency:g}; "
         f"weight reads (every class, where a fit's points do not set it) {d.memory_efficiency:g}; host "
         f"{d.host_overhead_ms:g} ms per step. "
-        f"Per-layer fixed times a fit's points do not identify: {START_LAYERS['collective_latency_us']:g} us per "
-        f"all-reduce, {START_LAYERS['moe_layer_us']:g} us per MoE layer (cited: docs/cost-model.md).",
+        f"Per-layer fixed times: {START_LAYERS['collective_latency_us']:g} us per all-reduce (not fitted), "
+        f"{START_LAYERS['moe_layer_us']:g} us per MoE layer where a fit's points do not identify it (cited: "
+        "docs/cost-model.md).",
         "",
         METHOD.replace("{seed_table}", "\n".join(_table_row(row) for row in SEED_CHECK)),
     ]
