@@ -369,11 +369,13 @@ def fit_fixed(
     low = [p for p in points if is_low_load(p)]
     if not low:
         return fitted
-    grids = {"host_overhead_ms": HOST_OVERHEAD_GRID}
-    grids["moe_layer_us"] = MOE_LAYER_US_GRID
-    grids["memory_efficiency"] = WEIGHT_MEMORY_GRID
+    grids: dict[str, Sequence[float]] = {
+        "host_overhead_ms": HOST_OVERHEAD_GRID,
+        "moe_layer_us": MOE_LAYER_US_GRID,
+        "memory_efficiency": WEIGHT_MEMORY_GRID,
+    }
     names = identified_terms(low)
-    # host False (--fit-layers): only the per-layer terms, which only TP > 1 and MoE points' runs see.
+    # host False (--fit-layers): only the per-layer term, which only MoE points' runs see.
     terms = [(name, grids[name]) for name in names if host or name in START_LAYERS]
     # A term the points do not identify goes back to its cited value.
     layers = {k: (fitted.layers.get(k, v) if k in names else v) for k, v in START_LAYERS.items()}
