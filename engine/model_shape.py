@@ -15,6 +15,8 @@ from pathlib import Path
 
 DATA_DIR = Path(__file__).parent / "data"
 
+# config.json's `layer_types` entries the roofline prices (engine/roofline.py).
+LAYER_TYPES = ("full_attention", "sliding_attention")
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "float8_e4m3fn": 1}
 
 
@@ -45,6 +47,12 @@ class ModelShape:
     num_experts: int = 0
     num_experts_per_tok: int = 0
     moe_intermediate_size: int = 0
+    # Sliding-window attention (gpt-oss: every even layer attends to the last
+    # 128 tokens only, vLLM's gpt_oss.py `OAIAttention`): the window and each
+    # layer's type as config.json lists them ("sliding_attention" /
+    # "full_attention"). Without `layer_types` every layer is full attention.
+    sliding_window: int = 0
+    layer_types: tuple[str, ...] = ()
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -62,6 +70,15 @@ class ModelShape:
                     f"1..num_experts ({self.num_experts})"
                 )
             _check_positive(owner, "moe_intermediate_size", self.moe_intermediate_size or self.intermediate_size)
+        if self.layer_types:
+            bad = sorted(set(self.layer_types) - set(LAYER_TYPES))
+            if bad or len(self.layer_types) != self.num_hidden_layers:
+                raise ValueError(
+                    f"{owner}: layer_types={list(self.layer_types)!r} is invalid; allowed: num_hidden_layers "
+                    f"({self.num_hidden_layers}) entries of {list(LAYER_TYPES)}"
+                )
+            if self.num_sliding_layers:
+                _check_positive(owner, "sliding_window", self.sliding_window)
 
     @classmethod
     def from_config(cls, name: str, config: dict) -> ModelShape:
@@ -87,6 +104,10 @@ class ModelShape:
         if missing:
             raise ValueError(f"model {name!r}: config is missing {missing}; allowed: a Hugging Face config.json")
         data.pop("name", None)
+        if "layer_types" in data:
+            data["layer_types"] = tuple(data["layer_types"])
+        if data.get("sliding_window") is None:  # config.json writes null where there is none
+            data.pop("sliding_window", None)
         return cls(name=name, **data)
 
     @property
@@ -96,6 +117,11 @@ class ModelShape:
     @property
     def head_size(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def num_sliding_layers(self) -> int:
+        """Layers whose attention reads at most `sliding_window` tokens back."""
+        return sum(t == "sliding_attention" for t in self.layer_types)
 
     @property
     def is_moe(self) -> bool:

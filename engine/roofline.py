@@ -17,9 +17,10 @@ the LM head for each sampled sequence; a MoE model's experts are their own
 term, 2 x the k routed experts' parameters per token; weight bytes are read
 once per step (for MoE only the experts the step's tokens touch:
 E x (1 - (1 - k/E)^T) expected). Attention is 4 x heads x head_dim FLOPs
-per (query, key) pair; decode reads every context token's K/V and every
-step writes its tokens' K/V. A TP group runs two ring all-reduces of the
-step's activations per layer. The why and the numbers:
+per (query, key) pair; decode reads every context token's K/V (a
+sliding-window layer only the window's) and every step writes its tokens'
+K/V. A TP group runs two ring all-reduces of the step's activations per
+layer. The why and the numbers:
 docs/cost-model.md.
 """
 
@@ -187,12 +188,10 @@ class RooflineCostModel:
         t_linear = max(dense_flops / (flops * p.compute_efficiency), dense_bytes / mem) + t_moe
 
         # Attention: (query, key) pairs; K/V read for every attended token,
-        # written for every new one.
-        decode_ctx = shape.decode_context_tokens
-        prefill_ctx = max(shape.context_tokens - decode_ctx, 0)
-        pairs = shape.prefill_attention_pairs + decode_ctx
-        attn_flops = 4.0 * layers * m.num_attention_heads * m.head_size * pairs
-        kv_bytes = self.kv_bytes_per_token * (decode_ctx + prefill_ctx + tokens)
+        # written for every new one; summed over the layers (layer_pairs).
+        pairs, kv_tokens = self.layer_pairs(shape, tokens)
+        attn_flops = 4.0 * m.num_attention_heads * m.head_size * pairs
+        kv_bytes = self.kv_bytes_per_token / layers * kv_tokens
         t_attn = max(attn_flops / (attn_peak * p.attention_efficiency), kv_bytes / (bw * p.kv_memory_efficiency))
 
         t_comm = 0.0
@@ -205,6 +204,33 @@ class RooflineCostModel:
             t_comm += (self.pp - 1) * (act_bytes / (g.interconnect_GBps * 1e9) + lat)
 
         return self.host_time(shape.batch_size, tokens) + t_linear + t_attn + t_comm
+
+    def layer_pairs(self, shape: StepShape, tokens: int) -> tuple[float, float]:
+        """(query, key) pairs and K/V tokens read or written, each summed over the layers.
+
+        A full-attention layer reads every context token's K/V; a sliding-window layer (gpt-oss's even
+        layers, engine/model_shape.py `layer_types`) only the last `sliding_window` of each row's, and each
+        query attends to at most that many keys. The step's shape has the rows' sums, not each row's, so a
+        sliding layer's terms are min(the sum, rows x window): exact when every row's context is past the
+        window (decode at thousands of tokens) or every row's is within it, an upper bound between."""
+        m = self.model
+        decode_ctx = shape.decode_context_tokens
+        prefill_ctx = max(shape.context_tokens - decode_ctx, 0)
+        prefill_pairs = shape.prefill_attention_pairs
+        sliding = m.num_sliding_layers
+        full = m.num_hidden_layers - sliding
+        pairs = full * (prefill_pairs + decode_ctx)
+        kv = full * (decode_ctx + prefill_ctx + tokens)
+        if sliding:
+            w = m.sliding_window
+            decode_rows = shape.decode_tokens
+            prefill_rows = max(shape.batch_size - decode_rows, 0)
+            sw_decode = min(decode_ctx, decode_rows * w)
+            sw_pairs = min(prefill_pairs, shape.prefill_tokens * w) + sw_decode
+            sw_prefill_ctx = min(prefill_ctx, shape.prefill_tokens + prefill_rows * w)
+            pairs += sliding * sw_pairs
+            kv += sliding * (sw_decode + sw_prefill_ctx + tokens)
+        return float(pairs), float(kv)
 
     def host_time(self, rows: int, tokens: int) -> float:
         """Seconds of engine-core CPU time in a step of `rows` sequences and `tokens` tokens."""

@@ -16,12 +16,12 @@ What is fitted, and on which points of the set:
   `memory_efficiency` (one value for every class: the share of peak
   bandwidth a GEMM streaming its weights reaches), `host_overhead_ms` (the
   step's host time),
-  `collective_latency_us` (one TP all-reduce, two per layer) where a TP > 1
-  point is among them, `moe_layer_us` (one MoE layer's routing and dispatch)
-  where a MoE point is; a term no such point identifies keeps its cited
-  value (START_LAYERS). `--fit-fixed` refits only these, from the stored fit;
-  `--fit-layers` only the two per-layer ones (then only TP > 1 and MoE
-  points' runs change, relevant_params);
+  `moe_layer_us` (one MoE layer's routing and dispatch) where a MoE point is
+  among them; a term no such point identifies keeps its cited value
+  (START_LAYERS), and `collective_latency_us` (one TP all-reduce, two per
+  layer) always does (a measurement of the kernel itself, identified_terms).
+  `--fit-fixed` refits only these, from the stored fit; `--fit-layers` only
+  the MoE layer's (then only MoE points' runs change, relevant_params);
 - the API server's `request_ms`, `output_token_us` and `ipc_ms`
   (engine/front_end.py), on the points whose replay is cheap (<= 30,000
   output tokens).
@@ -66,7 +66,6 @@ ENGINE_ROUNDS = 2
 WEIGHT_MEMORY_GRID = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 HOST_PER_SEQ_GRID = (0.0, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
 HOST_OVERHEAD_GRID = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-COLLECTIVE_US_GRID = (4.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0)
 MOE_LAYER_US_GRID = (0.0, 10.0, 20.0, 30.0, 45.0, 60.0, 80.0, 100.0, 130.0)
 # The per-layer fixed times where the fit starts, and what a fit whose points
 # do not identify them keeps (docs/cost-model.md, "Fixed times per layer"):
@@ -85,7 +84,11 @@ IPC_MS_GRID = (0.0, 0.5, 1.0, 2.0, 5.0)
 # that bound: a fit without the runs of 1,000 requests at once (GPUStack held out) otherwise walked
 # it to 32 ms to carry low-load time the model lacks, and those runs then queued 32 s for it.
 REQUEST_MS_GRID = (0.0, 0.5, 1.0, 2.0, 4.0)
-OUTPUT_TOKEN_US_GRID = (0.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0)
+# The API server's time per streamed token is served in turn too, so one server streams at most
+# 1 / output_token_us tokens a second: GPUStack's gpt-oss-20b ShareGPT run put 7,817 output tokens/s
+# through one server (gpustack-gpt-oss-20b-h100-sharegpt), <= 128 us per token. The grid stops below
+# that bound (without it the fits walked to 200-400 us, time the model lacks elsewhere).
+OUTPUT_TOKEN_US_GRID = (0.0, 10.0, 25.0, 50.0, 75.0, 100.0)
 # Sources whose TTFT does not measure what the model predicts, left out of
 # the fits' TTFT terms (still reported): why, from independent-notes.md.
 TTFT_NOT_FITTED = {
@@ -341,11 +344,12 @@ def _fit_engine_round(points: Sequence[Point], fitted: Fitted, runs: Runs, log: 
 
 def identified_terms(low: Sequence[Point]) -> list[str]:
     """What runs of a few rows identify: the weight reads' efficiency and the per-step host time always
-    (such a step is its weight reads and its fixed times), the all-reduce's where one runs at TP > 1, the MoE
-    layer's where one runs a MoE model."""
+    (such a step is its weight reads and its fixed times), the MoE layer's where one runs a MoE model."""
     names = ["memory_efficiency", "host_overhead_ms"]
-    if any(p.tp > 1 for p in low):
-        names.append("collective_latency_us")
+    # The all-reduce's time is not among them though TP > 1 points may be: it keeps its cited value
+    # (START_LAYERS), a measurement of the kernel vLLM runs at decode's message sizes on the GPUs those
+    # points ran on; walked, it went to 32 us (4x the measurement) to carry gpt-oss-120b's per-layer time
+    # that the model lacks elsewhere (docs/validation.md).
     if any(get_model(p.model).is_moe for p in low):
         names.append("moe_layer_us")
     return names
@@ -359,17 +363,19 @@ def fit_fixed(
     host: bool = True,
 ) -> Fitted:
     """`fitted` with the fixed times of small steps refitted on the low-load points of `points`:
-    host_overhead_ms (unless `host` is False: then it keeps its value, and only the TP > 1 and MoE
-    points' runs change), collective_latency_us if a TP > 1 point is among them, moe_layer_us if a
-    MoE point is (others keep START_LAYERS); coordinate walks from the current values."""
+    host_overhead_ms (unless `host` is False: then it keeps its value, and only the MoE points' runs
+    change), moe_layer_us if a MoE point is among them (else, and the all-reduce always, START_LAYERS);
+    coordinate walks from the current values."""
     low = [p for p in points if is_low_load(p)]
     if not low:
         return fitted
-    grids = {"host_overhead_ms": HOST_OVERHEAD_GRID, "collective_latency_us": COLLECTIVE_US_GRID}
-    grids["moe_layer_us"] = MOE_LAYER_US_GRID
-    grids["memory_efficiency"] = WEIGHT_MEMORY_GRID
+    grids: dict[str, Sequence[float]] = {
+        "host_overhead_ms": HOST_OVERHEAD_GRID,
+        "moe_layer_us": MOE_LAYER_US_GRID,
+        "memory_efficiency": WEIGHT_MEMORY_GRID,
+    }
     names = identified_terms(low)
-    # host False (--fit-layers): only the per-layer terms, which only TP > 1 and MoE points' runs see.
+    # host False (--fit-layers): only the per-layer term, which only MoE points' runs see.
     terms = [(name, grids[name]) for name in names if host or name in START_LAYERS]
     # A term the points do not identify goes back to its cited value.
     layers = {k: (fitted.layers.get(k, v) if k in names else v) for k, v in START_LAYERS.items()}

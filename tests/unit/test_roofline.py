@@ -1,6 +1,8 @@
 """The roofline cost model: shapes from config.json fields, hand-computed
 step times, KV sizing as vLLM does it, presets and their errors."""
 
+from dataclasses import replace
+
 import pytest
 
 from cluster.spec import ClusterSpec
@@ -108,6 +110,48 @@ def test_weight_reads_and_kv_reads_have_their_own_efficiency():
     assert spec.cost_model.kv_memory_efficiency == 0.7
     with pytest.raises(ValueError, match="kv_memory_efficiency"):
         ClusterSpec.model_validate({"cost_model": {"model": "qwen3-8b", "gpu": "h100-sxm", "kv_memory_efficiency": 0}})
+
+
+def test_sliding_window_layers_read_only_the_window_by_hand():
+    # The tiny model with its first layer a 2-token sliding window (gpt-oss's even layers, 128 tokens).
+    sliding = ModelShape(
+        "tiny-swa",
+        num_hidden_layers=2,
+        hidden_size=8,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=16,
+        vocab_size=10,
+        sliding_window=2,
+        layer_types=("sliding_attention", "full_attention"),
+    )
+    base = dict(host_overhead_ms=0, compute_efficiency=1, attention_efficiency=1, memory_efficiency=1)
+    full = _tiny(**base, kv_memory_efficiency=0.25, collective_latency_us=0)
+    swa = replace(full, model=sliding)
+    # Two decode rows of context 5 and 3 (both past the window): linear 2*2*2*576 + 2*2*10*8 = 4928 FLOP.
+    shape = StepShape(decode_tokens=2, context_tokens=8, batch_size=2, decode_context_tokens=8)
+    # Full layer: 8 pairs, K/V 8 read + 2 written; sliding layer: 2 + 2 pairs, 4 read + 2 written.
+    assert swa.layer_pairs(shape, 2) == (8 + 4, 10 + 6)
+    # K/V 16 B per token and layer: 16 x 16 = 256 B at 250 B/s (1.024 s) over 4*2*4*12 = 384 FLOP (0.384 s).
+    assert swa.step_time(shape) == pytest.approx(4.928 + 1.024)
+    # Both layers full: 2 x 10 K/V tokens, 320 B -> 1.28 s.
+    assert full.step_time(shape) == pytest.approx(4.928 + 1.28)
+    # A prefill of 4 tokens from 0 (10 pairs): the sliding layer's queries attend to <= 2 keys each, 8 pairs
+    # at most (7 exactly: the bound of the rows' sums), and read no more context than the full layer.
+    prefill = StepShape(prefill_tokens=4, context_tokens=4, batch_size=1, prefill_attention_pairs=10)
+    assert swa.layer_pairs(prefill, 4) == (10 + 8, 8 + 8)
+    assert full.layer_pairs(prefill, 4) == (20, 16)
+    # gpt-oss as shipped: the even layers of 24 / 36, a 128-token window.
+    for name, layers in (("gpt-oss-20b", 24), ("gpt-oss-120b", 36)):
+        m = get_model(name)
+        assert (m.num_sliding_layers, m.sliding_window) == (layers // 2, 128)
+        assert m.layer_types[:2] == ("sliding_attention", "full_attention")
+    with pytest.raises(ValueError, match="layer_types=.*allowed: num_hidden_layers"):
+        replace(sliding, layer_types=("sliding_attention",))
+    # config.json writes null for a model without a window (Qwen2's use_sliding_window false).
+    config = {**get_model("qwen3-8b").__dict__, "sliding_window": None, "layer_types": ["full_attention"] * 36}
+    qwen2 = get_model(config)
+    assert qwen2.num_sliding_layers == 0
 
 
 def _tiny_moe(**params) -> RooflineCostModel:
@@ -269,12 +313,13 @@ def test_a_mapping_runs_as_the_preset_of_the_same_model_and_gpu(preset, model, g
 
 def test_a_factor_given_in_the_mapping_wins_over_the_gpus():
     spec = ClusterSpec.model_validate(
-        {"cost_model": {"model": "qwen3-8b", "gpu": "h100-sxm", "memory_efficiency": 0.9}}
+        {"cost_model": {"model": "qwen3-8b", "gpu": "h100-sxm", "memory_efficiency": 0.4}}
     )
     params = spec.cost().params
-    assert params.memory_efficiency == 0.9
+    assert params.memory_efficiency == 0.4
     assert params.compute_efficiency == dict(get_gpu("h100-sxm").efficiency)["compute_efficiency"]
-    assert spec.cost().step_time(SHAPES[0]) < get_cost_model("qwen3-8b-h100").step_time(SHAPES[0])
+    # 0.4 is below the validation's weight-read grid (>= 0.5), so below any shipped value: a slower weight-bound step.
+    assert spec.cost().step_time(SHAPES[0]) > get_cost_model("qwen3-8b-h100").step_time(SHAPES[0])
 
 
 CATALOGUE = {
