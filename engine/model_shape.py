@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 from functools import cache
+from importlib import resources
 from pathlib import Path
 
-DATA_DIR = Path(__file__).parent / "data"
+# The package's folder, not this file's: a compiled build (docs/compiled.md)
+# loads this module from build/compiled/, where there is no data.
+DATA_DIR = Path(str(resources.files("engine"))) / "data"
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "float8_e4m3fn": 1}
 
