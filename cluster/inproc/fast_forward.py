@@ -57,8 +57,10 @@ def _function(fn: Any) -> Any:
     compiled build's method (docs/compiled.md) is a builtin method, whose
     class attribute is the descriptor its class holds under its name."""
     func = getattr(fn, "__func__", None)
-    if func is None and hasattr(fn, "__self__"):
-        func = getattr(type(fn.__self__), fn.__name__, None)
+    if func is None:
+        owner, name = getattr(fn, "__self__", None), getattr(fn, "__name__", None)
+        if owner is not None and name is not None:
+            func = getattr(type(owner), name, None)
     return func
 
 
