@@ -60,7 +60,7 @@ EXCLUDE = {
     # TokenIds subclasses collections.abc.Sequence: mypyc 2.4.1 builds the
     # class without ABCMeta's own registry, so it shares Sequence's and
     # isinstance(a_list, TokenIds) comes out True.
-    "engine/records.py",
+    "engine/token_ids.py",
     # ShadowKVStore inherits from DecodeChains, whose class body declares
     # methods under `if TYPE_CHECKING:` (mypyc refuses the statement); the
     # shadow KV store is off in every benchmarked configuration.

@@ -256,8 +256,9 @@ def test_records_keep_token_runs_checkable() -> None:
     """Forwarded tokens are kept as runs of output indices: the end-of-run
     check still finds a gap."""
     from cluster.invariants import check_tokens
-    from engine.records import RequestRecord, TokenIds
+    from engine.records import RequestRecord
     from engine.sampler import DeterministicSampler
+    from engine.token_ids import TokenIds
 
     token_at = DeterministicSampler(0).token_at
     rec = RequestRecord("x", 0.0, 10, 6)
