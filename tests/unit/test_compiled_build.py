@@ -101,3 +101,56 @@ def test_under_make_test_compiled_the_hot_modules_are_the_compiled_ones() -> Non
     from bench.provenance import collect
 
     assert collect([])["engine_build"] == compiled.build_label()
+
+
+# One process per build: W1's first 300 requests, aggregated with prefix
+# caching off and on and 1P+1D, shadow KV on; everything a run returns but
+# its event count (the loop's own statistic) hashed.
+_DIGEST_CHILD = """
+import hashlib, json
+from benchmarks import inproc_speed as s
+from cluster.inproc import run_inproc
+from cluster.spec import ClusterSpec
+from engine.compiled import build_label
+from engine.records import WorkloadRequest
+
+digest = hashlib.sha256()
+for topology, caching in (("agg", False), ("agg", True), ("1P1D", False)):
+    work = [WorkloadRequest(*row) for row in s.workload_rows("W1", 300)]
+    spec = ClusterSpec.model_validate(s.cluster_dict(topology, shadow=True, old=False, caching=caching))
+    r = run_inproc(spec, work, seed=0)
+    whole = {
+        "duration": r.duration,
+        "requests": [q.to_dict() for q in r.requests],
+        "steps": [q.to_dict() for q in r.steps],
+        "node_counters": r.node_counters,
+        "violations": r.violations,
+        "invariant_errors": r.invariant_errors,
+        "extra": {k: v for k, v in r.extra.items() if k != "num_events"},
+    }
+    digest.update(json.dumps(whole, sort_keys=True, default=repr).encode())
+print("DIGEST", build_label(), digest.hexdigest())
+"""
+
+
+def _build_is_current() -> bool:
+    try:
+        manifest = json.loads((compiled.DEFAULT_DIR / "manifest.json").read_text())
+    except FileNotFoundError:
+        return False
+    return all(_digest(p) == h for p, h in manifest["sources"].items())
+
+
+@pytest.mark.skipif(not _build_is_current(), reason="no current compiled build (make compiled)")
+def test_the_compiled_build_gives_the_pure_builds_results_bit_for_bit() -> None:
+    out = {}
+    for value in ("0", "1"):
+        env = dict(os.environ, DISAGG_SIM_COMPILED=value, PYTHONPATH=str(REPO))
+        proc = subprocess.run(
+            [sys.executable, "-c", _DIGEST_CHILD], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("DIGEST "))
+        out[value] = line.split()[-1], line
+    assert out["0"][1].startswith("DIGEST pure ") and out["1"][1].startswith("DIGEST compiled (mypyc")
+    assert out["0"][0] == out["1"][0]
