@@ -16,16 +16,17 @@ results carry it (`extra["engine_build"]`).
 
 from __future__ import annotations
 
-import hashlib
-import importlib.machinery
-import importlib.util
-import json
 import os
 import sys
 from collections.abc import Sequence
-from importlib.machinery import ModuleSpec
 from pathlib import Path
-from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+
+# (The rest is imported in `install`: a pure run pays nothing for this module.)
 
 ENV = "DISAGG_SIM_COMPILED"
 REPO = Path(__file__).resolve().parent.parent
@@ -50,6 +51,9 @@ class _CompiledFinder:
         file = self.files.get(fullname)
         if file is None:
             return None
+        import importlib.machinery
+        import importlib.util
+
         loader = importlib.machinery.ExtensionFileLoader(fullname, file)
         return importlib.util.spec_from_file_location(fullname, file, loader=loader)
 
@@ -62,6 +66,10 @@ def build_dir(value: str) -> Path:
 def install(directory: Path) -> str:
     """Puts the build at `directory` in front of the import system; returns its label."""
     global _label
+    import hashlib
+    import importlib.machinery
+    import json
+
     manifest_file = directory / "manifest.json"
     if not manifest_file.exists():
         raise StaleBuildError(f"{ENV}: no compiled build at {directory} (run `make compiled`, or unset {ENV})")
@@ -96,6 +104,8 @@ def build_label() -> str:
 
 
 def _sha256(path: Path) -> str | None:
+    import hashlib
+
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except FileNotFoundError:
