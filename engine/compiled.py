@@ -7,8 +7,9 @@ source tree, and this module puts a finder in front of the import system
 that serves the built extension modules in place of their sources. It is
 installed from engine/__init__.py, so before any engine module loads; the
 other packages with compiled modules import `engine` first for the same
-reason. A build is refused when any compiled module's source has changed
-since it was built (the hashes in its manifest), and when a module it holds
+reason. A build is refused when any module of the compiled packages has
+changed since it was built (the hashes in its manifest: the interpreted ones
+too, which the compiled ones were type-checked against), and when a module it holds
 was already imported from source (a process running part pure, part
 compiled would measure neither). `build_label()` names what runs; run
 results carry it (`extra["engine_build"]`).
@@ -93,7 +94,7 @@ def install(directory: Path) -> str:
         raise StaleBuildError(f"{ENV}: {', '.join(early[:5])} imported from source before the compiled build")
     sys.meta_path.insert(0, _CompiledFinder(files))
     digest = hashlib.sha256(json.dumps(manifest["sources"], sort_keys=True).encode()).hexdigest()[:12]
-    _label = f"compiled (mypyc {manifest['mypy']}, {len(manifest['sources'])} modules, sources {digest})"
+    _label = f"compiled (mypyc {manifest['mypy']}, {len(manifest['compiled'])} modules, sources {digest})"
     print(f"disagg-sim: engine build: {_label}, from {directory}", file=sys.stderr)
     return _label
 

@@ -10,9 +10,9 @@ compiler the build fails soft: a note on stderr, exit 0 (an earlier build
 stays, used only while its sources match). A module mypyc refuses is a
 hard failure (exit 1): the list below is what is known to compile.
 
-The build records a hash of every compiled module's source
-(build/compiled/manifest.json); engine/compiled.py refuses a build whose
-sources have changed since. docs/compiled.md says what is compiled and why.
+The build records a hash of every module in the compiled packages, compiled
+or not (build/compiled/manifest.json); engine/compiled.py refuses a build
+whose sources have changed since. docs/compiled.md says what is compiled and why.
 """
 
 from __future__ import annotations
@@ -84,9 +84,16 @@ EXCLUDE = {
 }
 
 
+def watched() -> list[str]:
+    """Every module in the compiled packages, compiled or not: the compiled
+    ones were type-checked against the others (and may have inlined their
+    constants), so a change to any of them makes the build stale."""
+    return sorted({p for pat in INCLUDE for p in glob.glob(pat, root_dir=REPO)})
+
+
 def sources() -> list[str]:
-    found = {p for pat in INCLUDE for p in glob.glob(pat, root_dir=REPO)}
-    return sorted(p for p in found if not p.endswith("__init__.py") and p not in EXCLUDE)
+    """The modules compiled."""
+    return [p for p in watched() if not p.endswith("__init__.py") and p not in EXCLUDE]
 
 
 def source_hashes(paths: list[str]) -> dict[str, str]:
@@ -141,7 +148,8 @@ def main() -> None:
         str(p.relative_to(OUT / "lib")).split(".")[0].replace("/", ".") for p in (OUT / "lib").rglob("*.so")
     )
     manifest = {
-        "sources": source_hashes(paths),
+        "sources": source_hashes(watched()),
+        "compiled": paths,
         "modules": modules,
         "python": sys.version.split()[0],
         "mypy": _mypy_version(),
@@ -157,7 +165,11 @@ def _up_to_date(paths: list[str]) -> bool:
         manifest = json.loads((OUT / "manifest.json").read_text())
     except FileNotFoundError:
         return False
-    return manifest["sources"] == source_hashes(paths) and manifest["python"] == sys.version.split()[0]
+    return (
+        manifest.get("compiled") == paths
+        and manifest["sources"] == source_hashes(watched())
+        and manifest["python"] == sys.version.split()[0]
+    )
 
 
 def _mypy_version() -> str:
