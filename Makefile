@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint venv oracles browser conformance conformance-v0 bench clean
+.PHONY: run test lint venv oracles browser conformance conformance-v0 bench compiled test-compiled clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -52,10 +52,27 @@ conformance: $(STAMP)
 conformance-v0: $(STAMP)
 	bash tools/conformance_v0.sh
 
+# The optional compiled engine (docs/compiled.md): mypyc (from the mypy the
+# [test] extra pins) builds the hot modules into build/compiled/, never into
+# the source tree; DISAGG_SIM_COMPILED=1 runs them. Without a C compiler it
+# says so and builds nothing. Rebuilds only when a compiled module changed.
+compiled: $(STAMP)
+	$(PY) tools/build_compiled.py
+
+# The fast paths' on/off equality suites and the conformance suites against
+# the compiled build (the pure build's run in `make test`); skipped, with a
+# note, when the build could not be made.
+COMPILED_TESTS ?= tests/e2e_inproc/test_fast_paths.py tests/e2e_inproc/test_fast_paths_faults.py \
+	tests/conformance/test_v1_oracle.py tests/conformance/test_pd_oracle.py tests/unit/test_compiled_build.py
+test-compiled: compiled
+	@if [ -f build/compiled/manifest.json ]; then \
+	  DISAGG_SIM_COMPILED=1 $(PY) -m pytest -q $(COMPILED_TESTS) $(PYTEST_ARGS); \
+	else echo "note: no compiled build (see above): test-compiled skipped"; fi
+
 bench: $(STAMP)
 	$(PY) -m benchmarks.sched_step_cost
 	$(PY) -m benchmarks.inproc_speed
 	$(PY) -m benchmarks.kv_handoff
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache build/compiled

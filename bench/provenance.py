@@ -16,6 +16,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from engine.compiled import build_label
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LIBRARIES = ("ray", "grpcio", "protobuf", "pydantic", "numpy", "matplotlib", "rich")
 
@@ -65,6 +67,8 @@ def collect(argv: list[str] | None = None) -> dict:
         "git": git_state(),
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
+        # "pure", or the compiled build that ran (DISAGG_SIM_COMPILED; docs/compiled.md).
+        "engine_build": build_label(),
         "libraries": library_versions(),
         "machine": {
             "hostname": platform.node(),

@@ -42,10 +42,11 @@ TOPOLOGIES = ("agg", "1P1D")
 
 
 class TimedHandler:
-    """An event's handler, timed when it runs; answers `__func__` and
-    `__self__` as the bound method it wraps does (the fast-forward reads them)."""
+    """An event's handler, timed when it runs; answers `__func__`, `__self__`
+    and `__name__` as the bound method it wraps does (the fast-forward reads
+    them; `__name__` on the compiled build, docs/compiled.md)."""
 
-    __slots__ = ("fn", "key", "times", "__func__", "__self__")
+    __slots__ = ("fn", "key", "times", "__func__", "__self__", "__name__")
 
     def __init__(self, fn: Callable, key: str, times: defaultdict[str, float]) -> None:
         self.fn = fn
@@ -53,6 +54,7 @@ class TimedHandler:
         self.times = times
         self.__func__ = getattr(fn, "__func__", None)
         self.__self__ = getattr(fn, "__self__", None)
+        self.__name__ = getattr(fn, "__name__", None)
 
     def __call__(self, *args: Any) -> Any:
         t0 = time.perf_counter()

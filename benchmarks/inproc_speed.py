@@ -118,8 +118,13 @@ def child(args_json: str) -> None:
     t0, c0 = time.perf_counter(), time.process_time()
     result = run_inproc(spec, wl, seed=0)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    try:
+        from engine.compiled import build_label  # (docs/compiled.md; older trees have none: pure)
+    except ImportError:
+        build_label = lambda: "pure"  # noqa: E731
     out = {
         "engine_file": engine.__file__,
+        "engine_build": build_label(),
         "wall_s": wall,
         "cpu_s": cpu,
         "simulated_s": result.duration,

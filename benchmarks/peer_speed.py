@@ -4,7 +4,7 @@ same traces, in one interleaved run.
 
     .venv/bin/pip install ai-dynamo-runtime==1.6.1      # benchmark-only, never a test or runtime dependency
     .venv/bin/python -m benchmarks.peer_speed [--requests 10000] [--repeats 3] [--workloads W1,W2]
-        [--instructions N] [--record]
+        [--instructions N] [--compiled] [--record]
 
 The workloads are benchmarks/inproc_speed.py's W1 and W2 (generated once,
 here), and our clusters its settings (`max_num_seqs` 128,
@@ -34,6 +34,12 @@ exact (our step records). The mocker reports no step count, so its steps are
 estimated as its simulated duration over its token-weighted mean
 inter-token latency; the same estimate on our runs, next to our real count,
 says how far to trust it.
+
+`--compiled` adds a third side, our runtime on the compiled engine
+(docs/compiled.md; `make compiled` first): each configuration is then run
+pure, compiled and by the mocker in one round (the order turning by round),
+and the entry adds compiled / pure and compiled / mocker. Every child says
+which engine build it ran, and a child on the wrong one is refused.
 
 `--instructions N` adds callgrind instruction counts (which the machine's
 load does not move) of each configuration on both sides at N requests: the
@@ -153,10 +159,30 @@ def ours_cluster(config: str) -> dict:
     return inproc_speed.cluster_dict(topology, shadow=False, old=False, caching=caching)
 
 
-def our_instructions(workload_file: str, config: str) -> int:
+# side -> DISAGG_SIM_COMPILED for its children, and the build each must report
+BUILDS = {"ours": ("0", "pure"), "compiled": ("1", "compiled")}
+
+
+def run_ours(workload_file: str, config: str, side: str) -> dict:
+    value, build = BUILDS[side]
+    r = inproc_speed.run_child(REPO, workload_file, ours_cluster(config), {"DISAGG_SIM_COMPILED": value})
+    if not r.get("engine_build", "pure").startswith(build):
+        raise RuntimeError(f"the {side} side ran the engine build {r.get('engine_build')!r}")
+    return r
+
+
+def our_instructions(workload_file: str, config: str, side: str = "ours") -> int:
     from benchmarks.inproc_instructions import run_counters
 
-    return run_counters(REPO, workload_file, ours_cluster(config))["I"]
+    saved = os.environ.get("DISAGG_SIM_COMPILED")
+    os.environ["DISAGG_SIM_COMPILED"] = BUILDS[side][0]
+    try:
+        return run_counters(REPO, workload_file, ours_cluster(config))["I"]
+    finally:
+        if saved is None:
+            del os.environ["DISAGG_SIM_COMPILED"]
+        else:
+            os.environ["DISAGG_SIM_COMPILED"] = saved
 
 
 def mocker_instructions(trace: Path, config: str) -> int:
@@ -171,6 +197,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workloads", default="W1,W2")
     ap.add_argument("--instructions", type=int, default=0, metavar="N", help="callgrind counts at N requests too")
+    ap.add_argument("--compiled", action="store_true", help="our runtime on the compiled engine too (make compiled)")
     ap.add_argument("--record", action="store_true")
     ap.add_argument("--mocker-child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -189,6 +216,11 @@ def main() -> None:
         raise SystemExit("the mocker is not installed: .venv/bin/pip install ai-dynamo-runtime==1.6.1") from None
     if args.instructions and shutil.which("valgrind") is None:
         raise SystemExit("--instructions needs valgrind (Debian package `valgrind`)")
+    if args.compiled:
+        from engine.compiled import DEFAULT_DIR
+
+        if not (DEFAULT_DIR / "manifest.json").exists():
+            raise SystemExit(f"--compiled: no compiled build in {DEFAULT_DIR}: run `make compiled`")
     inproc_speed.precompile(REPO)
     from benchmarks.tree_state import tree_label
 
@@ -205,12 +237,13 @@ def main() -> None:
         for rep in range(args.repeats):
             for w in names:
                 for config in CONFIGS:
-                    sides = ["ours", "mocker"] if rep % 2 == 0 else ["mocker", "ours"]
-                    for side in sides:
-                        if side == "ours":
-                            r = inproc_speed.run_child(REPO, files[w][0], ours_cluster(config))
-                        else:
+                    sides = ["ours", "compiled", "mocker"] if args.compiled else ["ours", "mocker"]
+                    turn = rep % len(sides)
+                    for side in sides[turn:] + sides[:turn]:
+                        if side == "mocker":
                             r = run_mocker(files[w][1], config)
+                        else:
+                            r = run_ours(files[w][0], config, side)
                         runs.setdefault((w, config, side), []).append(r)
                         print(f"rep {rep} {w} {config} {side}: {r['wall_s']:.2f} s", flush=True)
         if args.instructions:
@@ -222,6 +255,8 @@ def main() -> None:
                 for config in CONFIGS:
                     counts[(w, config, "ours")] = our_instructions(small[0], config)
                     counts[(w, config, "mocker")] = mocker_instructions(small[1], config)
+                    if args.compiled:
+                        counts[(w, config, "compiled")] = our_instructions(small[0], config, "compiled")
                     print(f"instructions {w} {config}: {counts[(w, config, 'ours')]:,} ours", flush=True)
     text = entry(args, names, runs, counts, tree)
     print(text)
@@ -248,6 +283,7 @@ def entry(args: argparse.Namespace, names: list[str], runs: dict, counts: dict, 
         f"--requests {args.requests} --repeats {args.repeats}"
         + (f" --workloads {args.workloads}" if args.workloads != "W1,W2" else "")
         + (f" --instructions {args.instructions}" if args.instructions else "")
+        + (" --compiled" if args.compiled else "")
         + " --record`.",
         "",
         "| workload | configuration | ours, wall s (runs) | mocker, wall s (runs) | ours / mocker (90 % interval) | "
@@ -316,8 +352,60 @@ def entry(args: argparse.Namespace, names: list[str], runs: dict, counts: dict, 
             )
             + "."
         )
+    if args.compiled:
+        lines += compiled_lines(args, names, runs, counts)
     lines.append("")
     return "\n".join(lines)
+
+
+def compiled_lines(args: argparse.Namespace, names: list[str], runs: dict, counts: dict) -> list[str]:
+    """The compiled side: against our pure runs (the same process set-up) and the mocker."""
+    build = runs[(names[0], "agg off", "compiled")][0]["engine_build"]
+    lines = [
+        "",
+        f"Compiled engine ({build}; docs/compiled.md), in the same rounds:",
+        "",
+        "| workload | configuration | compiled, wall s (runs) | compiled / pure, wall (90 % interval) | "
+        "compiled / pure, CPU | compiled / mocker, wall (90 % interval) | compiled / mocker, CPU | "
+        "compiled, µs a step | peak RSS MB |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for w in names:
+        for config in CONFIGS:
+            comp, ours, mock = (runs[(w, config, side)] for side in ("compiled", "ours", "mocker"))
+            c = _med(comp)
+            lo, hi = inproc_speed.ratio_interval([r["wall_s"] for r in comp], [r["wall_s"] for r in ours])
+            mlo, mhi = inproc_speed.ratio_interval([r["wall_s"] for r in comp], [r["wall_s"] for r in mock])
+            if comp[0]["steps"] != ours[0]["steps"] or comp[0]["decode_tokens"] != ours[0]["decode_tokens"]:
+                raise RuntimeError(f"{w} {config}: the compiled run simulated something else than the pure one")
+            each = ", ".join(f"{r['wall_s']:.2f}" for r in comp)
+            lines.append(
+                f"| {w} | {config} | {c:.2f} ({each}) | "
+                f"**{c / _med(ours):.2f}x** ({lo:.2f}–{hi:.2f}) | {_med(comp, 'cpu_s') / _med(ours, 'cpu_s'):.2f}x | "
+                f"**{c / _med(mock):.2f}x** ({mlo:.2f}–{mhi:.2f}) | {_med(comp, 'cpu_s') / _med(mock, 'cpu_s'):.2f}x | "
+                f"{1e6 * c / comp[0]['steps']:.1f} | {max(r['max_rss_MB'] for r in comp):.0f} |"
+            )
+    lines.append("")
+    for w in names:
+        off, on, pd = (runs[(w, config, "compiled")] for config in CONFIGS)
+        per_step = (_med(pd, "cpu_s") / pd[0]["steps"]) / (_med(off, "cpu_s") / off[0]["steps"])
+        lines.append(
+            f"- {w}, compiled: prefix caching on / off {_med(on) / _med(off):.2f}x wall, "
+            f"{_med(on, 'cpu_s') / _med(off, 'cpu_s'):.2f}x CPU; 1P+1D / aggregated per simulated step "
+            f"{(_med(pd) / pd[0]['steps']) / (_med(off) / off[0]['steps']):.2f}x wall, {per_step:.2f}x CPU."
+        )
+    if any(side == "compiled" for (_, _, side) in counts):
+        lines.append(
+            f"- Instructions at {args.instructions} requests, compiled / pure / the mocker: "
+            + "; ".join(
+                f"{w} {config} {counts[(w, config, 'compiled')] / 1e6:,.0f}M / "
+                f"{counts[(w, config, 'ours')] / 1e6:,.0f}M / {counts[(w, config, 'mocker')] / 1e6:,.0f}M"
+                for w in names
+                for config in CONFIGS
+            )
+            + "."
+        )
+    return lines
 
 
 def _mocker_version() -> str:

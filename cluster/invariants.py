@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from engine.records import RequestRecord, TokenIds
+from engine.records import RequestRecord
+from engine.token_ids import TokenIds
 
 # The sampler's token id at (request id, output position): `DeterministicSampler.token_at`.
 TokenAt = Callable[[str, int], int]

@@ -155,7 +155,7 @@ def schedule_bulk(s: SchedulerState, sampler: DeterministicSampler) -> Scheduler
     s.settle_steady()  # a synchronous node's steady cohort may owe counters read below
     running = s.running
     kvm = s.kv_cache_manager
-    if not running or s.num_lookahead_tokens or "allocate_slots" in kvm.__dict__:
+    if not running or s.num_lookahead_tokens or "allocate_slots" in getattr(kvm, "__dict__", ()):
         return None
     max_model_len = s.max_model_len
     block_size = s.block_size

@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 from functools import cache
+from importlib import resources
 from pathlib import Path
 
-DATA_DIR = Path(__file__).parent / "data"
+# The package's folder, not this file's: a compiled build (docs/compiled.md)
+# loads this module from build/compiled/, where there is no data.
+DATA_DIR = Path(str(resources.files("engine"))) / "data"
 
 # config.json's `layer_types` entries the roofline prices (engine/roofline.py).
 LAYER_TYPES = ("full_attention", "sliding_attention")

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, final
 
@@ -54,9 +55,12 @@ class SchedulerOutput:
 
 @dataclass
 class KVConnectorOutput:
-    finished_sending: set[str] | None = None
-    finished_recving: set[str] | None = None
-    failed_recving: set[str] | None = None
+    # Any set-like collection (vLLM types them `set[str]`): the conformance
+    # harness passes dict key views, which iterate in a known order; the
+    # compiled build (docs/compiled.md) checks the declared type at run time.
+    finished_sending: AbstractSet[str] | None = None
+    finished_recving: AbstractSet[str] | None = None
+    failed_recving: AbstractSet[str] | None = None
     invalid_block_ids: set[int] = field(default_factory=set)
 
     def is_empty(self) -> bool:

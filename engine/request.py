@@ -191,6 +191,12 @@ class Request:
             other.request_id,
         )
 
+    # Hashed by identity, as without `__lt__` in Python; spelled out because
+    # a class compiled by mypyc that defines a comparison has no hash
+    # otherwise (docs/compiled.md).
+    def __hash__(self) -> int:
+        return object.__hash__(self)
+
     def __repr__(self) -> str:
         return (
             f"Request({self.request_id!r}, {self.status.name}, computed={self.num_computed_tokens}, "

@@ -57,8 +57,11 @@ class PriorityRequestQueue:
             raise IndexError("peek from an empty queue")
         return self._heap[0]
 
-    # Priority order decides position; "prepend" is an ordinary insert.
-    prepend_request = add_request
+    def prepend_request(self, request: Request) -> None:
+        # Priority order decides position; "prepend" is an ordinary insert.
+        # (A def, not `prepend_request = add_request`: mypyc drops such a
+        # class-body alias; docs/compiled.md.)
+        heapq.heappush(self._heap, request)
 
     def prepend_requests(self, requests: Iterable[Request]) -> None:
         for r in requests:

@@ -139,8 +139,9 @@ class Scheduler(SchedulerState):
         # block has room, and whose step completes no block to cache, needs no
         # allocate_slots call — the call would only count itself and return no
         # blocks (no watermark applies to a running request). Not when the
-        # allocator is wrapped (a test that counts or fails its calls).
-        plain = fast_paths.enabled() and "allocate_slots" not in kvm.__dict__
+        # allocator is wrapped (a test that counts or fails its calls; a
+        # compiled build's manager has no __dict__ and cannot be wrapped).
+        plain = fast_paths.enabled() and "allocate_slots" not in getattr(kvm, "__dict__", ())
         req_to_blocks = kvm.req_to_blocks if plain else None
         num_cached_block = kvm.num_cached_block if kvm.enable_caching else None
         block_size = self.block_size

@@ -1,0 +1,1 @@
+import engine  # noqa: F401  (first: a compiled build of this package's modules, engine/compiled.py)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import ClassVar
 
 # Growth in tracked objects (since the last full collection) below which no
 # collection is made up for: a small run's garbage is not worth a full scan
@@ -51,8 +52,10 @@ class _Tracked:
     """Tracked objects left by the last full collection (`base`), and moved to
     the oldest generation by pauses since (`pending`)."""
 
-    base = 0
-    pending = 0
+    # ClassVar: mypyc (docs/compiled.md) compiles a plain class attribute as
+    # an instance default, and this class is never instantiated.
+    base: ClassVar[int] = 0
+    pending: ClassVar[int] = 0
 
 
 def _tracked_objects() -> int:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from itertools import islice
 from typing import Any
 
 from engine.cost_model import StepShape
@@ -48,6 +49,19 @@ from .clock import EventLoop
 from .executor import VirtualPipelineExecutor
 from .load_driver import LoadDriver
 from .proxy_links import InProcProxyLinks
+
+
+def _function(fn: Any) -> Any:
+    """The function a bound method calls (None for anything else), to be
+    compared with a class's attribute. A Python method has `__func__`; a
+    compiled build's method (docs/compiled.md) is a builtin method, whose
+    class attribute is the descriptor its class holds under its name."""
+    func = getattr(fn, "__func__", None)
+    if func is None:
+        owner, name = getattr(fn, "__self__", None), getattr(fn, "__name__", None)
+        if owner is not None and name is not None:
+            func = getattr(type(owner), name, None)
+    return func
 
 
 class SteadyDecodeForwarder:
@@ -78,7 +92,7 @@ class SteadyDecodeForwarder:
         comes with them), else when no finish can start a waiting request."""
         if not args or args[0] is not self.node:
             return False
-        func = getattr(fn, "__func__", None)
+        func = _function(fn)
         if func is InProcProxyLinks._receive_steady:
             return True
         if func is not InProcProxyLinks._receive:
@@ -94,7 +108,7 @@ class SteadyDecodeForwarder:
         the node admits at the end of the step they arrive in on either path,
         so a forward may run through the step it falls in. They would read
         this node's load only to pick among several decode nodes by load."""
-        func = getattr(fn, "__func__", None)
+        func = _function(fn)
         if func is LoadDriver.arrive:
             pass
         elif func is VirtualPipelineExecutor._done:
@@ -215,7 +229,9 @@ class SteadyDecodeForwarder:
         runs: list[float] = []
         times = [now]
         t = now
-        for _, (n, ctx) in zip(range(limit), batch.step_sizes()):
+        # islice, not zip(range(limit), ...): mypyc 2.4.1's compiled zip
+        # takes the generator's end for an error (docs/compiled.md).
+        for n, ctx in islice(batch.step_sizes(), max(limit, 0)):
             if decode_step_time is not None:
                 modelled = decode_step_time(n, ctx)
             else:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engine.records import RequestRecord, TokenIds, WorkloadRequest
+from engine.records import RequestRecord, WorkloadRequest
 from engine.sampler import DeterministicSampler
+from engine.token_ids import TokenIds
 from node.messages import KVEvent
 from proxy.client import Finished
 

@@ -24,6 +24,7 @@ import pytest
 from cluster.inproc.cluster import InProcCluster
 from cluster.kv_transfer import KVTransferSettings
 from cluster.spec import ClusterSpec
+from engine import compiled
 from engine.prompt import segment_key
 from engine.records import WorkloadRequest
 
@@ -151,6 +152,11 @@ def test_bulk_steps_are_exact(seed: int, monkeypatch: pytest.MonkeyPatch) -> Non
     plain, fast = run_both(spec, workload, seed=seed)
     assert_identical(plain, fast)
     assert not fast.invariant_errors
+    if compiled.build_label() != "pure":
+        # A compiled Scheduler calls the compiled schedule_bulk directly, not
+        # the module attribute patched above (docs/compiled.md): the counts
+        # below are checked on the pure build.
+        return
     if async_scheduling:
         assert taken["bulk"] > taken["plain"], taken
     elif pp_size > 1:  # (a synchronous node skips a request whose output is in flight: some steps decode nobody)
@@ -250,8 +256,9 @@ def test_records_keep_token_runs_checkable() -> None:
     """Forwarded tokens are kept as runs of output indices: the end-of-run
     check still finds a gap."""
     from cluster.invariants import check_tokens
-    from engine.records import RequestRecord, TokenIds
+    from engine.records import RequestRecord
     from engine.sampler import DeterministicSampler
+    from engine.token_ids import TokenIds
 
     token_at = DeterministicSampler(0).token_at
     rec = RequestRecord("x", 0.0, 10, 6)

@@ -9,8 +9,9 @@ import random
 import pytest
 
 from cluster.invariants import _WINDOW_TOKENS, check_requests
-from engine.records import RequestRecord, TokenIds
+from engine.records import RequestRecord
 from engine.sampler import DeterministicSampler
+from engine.token_ids import TokenIds
 
 
 def _record(sampler: DeterministicSampler, rid: str, prompt_len: int, n: int, reason: str = "length") -> RequestRecord:

@@ -6,8 +6,8 @@ it, and a copy (shallow or deep) is still a plain list."""
 import copy
 import pickle
 
-from engine.records import TokenIds
 from engine.sampler import DeterministicSampler
+from engine.token_ids import TokenIds
 
 
 def _ids(sampler: DeterministicSampler, rid: str, runs) -> TokenIds:
