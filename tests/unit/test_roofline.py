@@ -47,16 +47,21 @@ def test_kv_bytes_per_token_from_the_shape():
     assert get_model("qwen3-30b-a3b").kv_bytes_per_token == 2 * 48 * 4 * 128 * 2
 
 
-def _tiny(tp=1, pp=1, **params) -> RooflineCostModel:
-    model = ModelShape(
-        "tiny",
+def _tiny_shape(name="tiny", **extra) -> ModelShape:
+    return ModelShape(
+        name,
         num_hidden_layers=2,
         hidden_size=8,
         num_attention_heads=2,
         num_key_value_heads=1,
         intermediate_size=16,
         vocab_size=10,
+        **extra,
     )
+
+
+def _tiny(tp=1, pp=1, **params) -> RooflineCostModel:
+    model = _tiny_shape()
     gpu = get_gpu(
         {"name": "g", "bf16_tflops": 1e-9, "memory_bandwidth_GBps": 1e-6, "memory_GB": 1.0, "interconnect_GBps": 1e-6}
     )
@@ -114,17 +119,7 @@ def test_weight_reads_and_kv_reads_have_their_own_efficiency():
 
 def test_sliding_window_layers_read_only_the_window_by_hand():
     # The tiny model with its first layer a 2-token sliding window (gpt-oss's even layers, 128 tokens).
-    sliding = ModelShape(
-        "tiny-swa",
-        num_hidden_layers=2,
-        hidden_size=8,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        intermediate_size=16,
-        vocab_size=10,
-        sliding_window=2,
-        layer_types=("sliding_attention", "full_attention"),
-    )
+    sliding = _tiny_shape("tiny-swa", sliding_window=2, layer_types=("sliding_attention", "full_attention"))
     base = dict(host_overhead_ms=0, compute_efficiency=1, attention_efficiency=1, memory_efficiency=1)
     full = _tiny(**base, kv_memory_efficiency=0.25, collective_latency_us=0)
     swa = replace(full, model=sliding)
