@@ -61,7 +61,7 @@ class PriorityRequestQueue:
         # Priority order decides position; "prepend" is an ordinary insert.
         # (A def, not `prepend_request = add_request`: mypyc drops such a
         # class-body alias; docs/compiled.md.)
-        heapq.heappush(self._heap, request)
+        self.add_request(request)
 
     def prepend_requests(self, requests: Iterable[Request]) -> None:
         for r in requests:

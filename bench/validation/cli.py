@@ -180,14 +180,12 @@ def cmd_validate_cost(args) -> int:
     points = select(every, args.only)
     log = lambda s: print(s, file=sys.stderr)  # noqa: E731
     runs = Runs(log)
+    if (args.fit_from_stored or not args.fit) and not args.fitted.exists():  # only --fit alone makes it
+        raise InputError(f"--fitted {args.fitted}: no such file; allowed: a fitted-parameters JSON (or --fit)")
     if args.fit or args.fit_from_stored:
-        if args.fit_from_stored and not args.fitted.exists():
-            raise InputError(f"--fitted {args.fitted}: no such file; allowed: a fitted-parameters JSON (or --fit)")
         start = load_fitted(args.fitted)["in_sample"] if args.fit_from_stored else None
         in_sample, held_out = fit_all(every, runs, log, start)
         save_fitted(in_sample, held_out, args.fitted)
-    if not args.fitted.exists():
-        raise InputError(f"--fitted {args.fitted}: no such file; allowed: a fitted-parameters JSON (or --fit)")
     if (args.fit_fixed or args.fit_layers) and not (args.fit or args.fit_from_stored):
         save_fitted(*refit_fixed(every, load_fitted(args.fitted), runs, log, host=args.fit_fixed), args.fitted)
     stored = load_fitted(args.fitted)
