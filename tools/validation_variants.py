@@ -98,11 +98,18 @@ def prior() -> None:
     fit.fit_class = fit_class
 
 
+def itl() -> None:
+    """The mean ITL scored too, where a point publishes it (a decode step's length, which the per-request
+    TPOT mixes with the stalls of short requests)."""
+    fit.METRIC_KEYS = (*fit.METRIC_KEYS, "mean_itl_ms")
+
+
 VARIANTS: dict[str, Callable[[], None]] = {
     "ttft-ray-serve": ttft_ray_serve,
     "rows-64": rows_64,
     "dense-from-dense": dense_from_dense,
     "prior": prior,
+    "itl": itl,
 }
 
 

@@ -129,8 +129,10 @@ scenarios/cascade-inproc.yaml --breakdown`, `disagg-sim run scenarios/cascade.ya
   31.2 / 24.4 / 25.3 %, 24.7 %; with `ttft-ray-serve` 29.1 / 21.3 / 22.3 %, 24.7 %; with both
   others 31.8 / 19.3 / 20.2 %, 38.7 % (P/D TPOT 33.4 -> 16.3 %). `prior`: each class factor's
   walk scored with a log-normal prior at the defaults (sigma ln 1.5), with `dense-from-dense`
-  -> 32.7 / 27.8 / 22.2 %, 13.1 %; with all three 30.1 / 24.8 / 22.2 %, 13.1 %. None meets more
-  goals than this fit. What they show: (1) the held-out fits are fragile where one source alone
+  -> 32.7 / 27.8 / 22.2 %, 13.1 %; with all three 30.1 / 24.8 / 22.2 %, 13.1 %. `itl`: the mean
+  ITL scored too where published -> 27.6 / 20.0 / 15.0 %, 37.2 % (in-sample 80 us per row, 10 us
+  per streamed token); with `rows-64` 28.2 / 19.6 / 18.8 %, 37.2 %. None meets more goals than
+  this fit. What they show: (1) the held-out fits are fragile where one source alone
   measures a GPU class. With GPUStack held out, the hopper factors come from Anyscale's
   gpt-oss-120b runs only, and the dense factor ends at 0.2, 0.35 or 0.8 depending on where the
   walk starts. Example: `ttft-ray-serve` with only that held-out fit redone from this in-sample
@@ -141,7 +143,14 @@ scenarios/cascade-inproc.yaml --breakdown`, `disagg-sim run scenarios/cascade.ya
   160 us x 64 rows is 10 ms of a decode step whose published TPOT is 12-13 ms (Anyscale's 1P1D at
   64 in flight, +46..+59 %); at 80 us the P/D TPOT median is 16 %. But GPUStack's runs of 1,000
   at once then lose more than the P/D points gain. One linear per-row term cannot serve both;
-  what grows with hundreds of rows in those runs is not identified yet.
+  what grows with hundreds of rows in those runs is not identified yet. (3) A lead for it: in
+  GPUStack's ShareGPT runs of 1,000 at once the published ITL is far below the TPOT (Qwen3-14B on
+  H100: 92.8 against 226 ms; gpt-oss-20b: 45.0 against 91.0 ms), while the in-sample replay gives
+  180.5 / 256.4 and 112.5 / 152.1 ms. The fit matches the per-request TPOT with decode steps about
+  twice the published ITL. The published TPOT's excess over the ITL is stalls of single requests,
+  not long steps. In the 4-token runs the published ITL is exactly 3/4 of the TPOT (394.0 / 525.3,
+  877.3 / 1,169.7 and 175.0 / 233.3 ms): the `openai-chat` backend times the role-only first SSE
+  chunk as the first token, so each request has one near-zero gap more than its tokens less one.
 
 - **gpt-oss's sliding window, the all-reduce at its cited time, the per-token bound** (2026-12-03;
   docs/cost-model.md, "The roofline", "Fixed times per layer", "The front end"): gpt-oss's even
