@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -65,35 +64,26 @@ def dense_from_dense() -> None:
     fit._factors = with_attention
 
 
+class _WithPrior:
+    """`runs` whose score of a trial adds a log-normal prior at the defaults on the factors walked for `cls`
+    (fit.fit_class's walk scores every trial through `total`)."""
+
+    def __init__(self, runs: fit.Runs, cls: str, names: Sequence[str]) -> None:
+        self.runs, self.cls, self.names = runs, cls, names
+        self.log = runs.log
+
+    def total(self, points: Sequence[Point], trial: fit.Fitted) -> float:
+        d, factors = RooflineParams(), trial.classes[self.cls]
+        penalty = sum((math.log(factors[k] / getattr(d, k)) / PRIOR_SIGMA) ** 2 for k in self.names)
+        return self.runs.total(points, trial) + penalty
+
+
 def prior() -> None:
     """Each class factor's walk scored with a log-normal prior at the defaults (PRIOR_SIGMA)."""
-    d = RooflineParams()
-    grids = {
-        "compute_efficiency": fit.COMPUTE_GRID,
-        "moe_compute_efficiency": fit.COMPUTE_GRID,
-        "kv_memory_efficiency": fit.MEMORY_GRID,
-    }
+    walk = fit.fit_class
 
     def fit_class(runs: fit.Runs, points: Sequence[Point], fitted: fit.Fitted, cls: str) -> dict[str, float]:
-        start = fitted.classes.get(cls, {})
-        values = {name: start.get(name, getattr(d, name)) for name in fit.class_terms(points)}
-
-        def total(trial: dict[str, float]) -> float:
-            data = runs.total(points, replace(fitted, classes={**fitted.classes, cls: fit._factors(trial)}))
-            penalty = sum((math.log(v / getattr(d, k)) / PRIOR_SIGMA) ** 2 for k, v in trial.items())
-            runs.log(f"  {cls}: {trial}: {data:.4f} + prior {penalty:.4f}")
-            return data + penalty
-
-        def along(name: str, base: dict[str, float]) -> Callable[[float], float]:
-            return lambda x: total({**base, name: x})
-
-        for _ in range(3):
-            before = dict(values)
-            for name in values:
-                values[name] = fit._walk(grids[name], values[name], fit._memo(along(name, dict(values))))
-            if values == before:
-                break
-        return fit._factors(values)
+        return walk(_WithPrior(runs, cls, fit.class_terms(points)), points, fitted, cls)  # type: ignore[arg-type]
 
     fit.fit_class = fit_class
 
@@ -101,7 +91,7 @@ def prior() -> None:
 def itl() -> None:
     """The mean ITL scored too, where a point publishes it (a decode step's length, which the per-request
     TPOT mixes with the stalls of short requests)."""
-    fit.METRIC_KEYS = (*fit.METRIC_KEYS, "mean_itl_ms")
+    fit.METRIC_KEYS = (*fit.METRIC_KEYS, "mean_itl_ms")  # type: ignore[assignment]  # one metric more
 
 
 VARIANTS: dict[str, Callable[[], None]] = {
