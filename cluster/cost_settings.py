@@ -43,6 +43,7 @@ class RooflineSettings(StrictModel):
     host_overhead_ms: float | None = from_setting(RooflineParams, "host_overhead_ms", default=None)
     host_per_seq_us: float | None = from_setting(RooflineParams, "host_per_seq_us", default=None)
     host_per_token_us: float | None = from_setting(RooflineParams, "host_per_token_us", default=None)
+    host_overlap: float | None = from_setting(RooflineParams, "host_overlap", default=None)
     compute_efficiency: float | None = from_setting(RooflineParams, "compute_efficiency", default=None)
     moe_compute_efficiency: float | None = from_setting(RooflineParams, "moe_compute_efficiency", default=None)
     attention_efficiency: float | None = from_setting(RooflineParams, "attention_efficiency", default=None)

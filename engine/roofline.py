@@ -85,6 +85,18 @@ class RooflineParams:
     )
     host_per_seq_us: float = setting(0.0, doc="Host time per scheduled sequence.", ge=0, le=MAX_HOST_TERM)
     host_per_token_us: float = setting(0.0, doc="Host time per scheduled token.", ge=0, le=MAX_HOST_TERM)
+    # vLLM's async scheduling (`--async-scheduling`; on by default from vLLM
+    # 0.14.0 where pp = 1 and the executor is mp or uni, docs/cost-model.md,
+    # "Host time") schedules and prepares step N+1 while step N runs on the
+    # GPU: the host time then hides behind the GPU's and a step takes
+    # max(host, GPU), not their sum.
+    host_overlap: float = setting(
+        0.0,
+        doc="Share of the host time that runs while the GPU executes (0: in series, as vLLM without async "
+        "scheduling; 1: fully overlapped, a step takes max(host, GPU)).",
+        ge=0,
+        le=1,
+    )
     compute_efficiency: float = setting(0.5, doc="Share of peak FLOPS the dense GEMMs reach.", gt=0, le=1)
     # A MoE layer's grouped GEMMs split the step's tokens over the experts:
     # each expert's GEMM has a few rows, far from the tile shapes a dense
@@ -203,7 +215,8 @@ class RooflineCostModel:
         if self.pp > 1:  # one activation hand-over per stage boundary
             t_comm += (self.pp - 1) * (act_bytes / (g.interconnect_GBps * 1e9) + lat)
 
-        return self.host_time(shape.batch_size, tokens) + t_linear + t_attn + t_comm
+        host, gpu = self.host_time(shape.batch_size, tokens), t_linear + t_attn + t_comm
+        return host + gpu - p.host_overlap * min(host, gpu)
 
     def layer_pairs(self, shape: StepShape, tokens: int) -> tuple[float, float]:
         """(query, key) pairs and K/V tokens read or written, each summed over the layers.

@@ -33,12 +33,12 @@ def ttft_ray_serve() -> None:
     fit.TTFT_NOT_FITTED["anyscale"] = "served through Ray Serve's ingress and PD-proxy replicas"
 
 
-def rows_64() -> None:
-    """The host time per row fitted on every aggregated point of >= 64 requests in flight."""
+def rows_500() -> None:
+    """The host time per row fitted only on the points of >= 500 requests at once (the rule until
+    2026-12-07: GPUStack's runs alone)."""
 
     def is_large_batch(point: Point) -> bool:
-        rows = point.max_concurrency if point.max_concurrency is not None else point.num_prompts
-        return not fit.is_pd(point) and rows >= 64
+        return not fit.is_pd(point) and point.num_prompts >= 500 and point.max_concurrency is None
 
     fit.is_large_batch = is_large_batch
     report.is_large_batch = is_large_batch
@@ -96,7 +96,7 @@ def itl() -> None:
 
 VARIANTS: dict[str, Callable[[], None]] = {
     "ttft-ray-serve": ttft_ray_serve,
-    "rows-64": rows_64,
+    "rows-500": rows_500,
     "dense-from-dense": dense_from_dense,
     "prior": prior,
     "itl": itl,

@@ -89,6 +89,8 @@ class Point(_Strict):
     ignore_eos: bool | None = None
     burstiness: float | None = Field(None, gt=0)
     expert_parallel: bool | None = None
+    # The engine scheduled asynchronously (vLLM's --async-scheduling); unset: the version's default.
+    async_scheduling: bool | None = None
     dataset: Literal["random", "sharegpt", "hf-sharegpt"]
     random_input_len: int | None = Field(None, ge=1)
     random_output_len: int | None = Field(None, ge=1)

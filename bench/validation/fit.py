@@ -10,7 +10,8 @@ What is fitted, and on which points of the set:
   engine-bound points of that class (random prompts of >= 1,000 tokens, all
   at once or at least 16 in flight);
 - `host_per_seq_us` (the step's host time per scheduled sequence), on the
-  points with >= 500 requests at once (batches of hundreds of rows);
+  points with >= 64 requests in flight (batches of tens to hundreds of rows;
+  until 2026-12-07 only those of >= 500 at once, GPUStack's alone);
 - the fixed times of a step of a few rows, on the points with at most 16
   requests in flight, and the weight reads that dominate such a step:
   `memory_efficiency` (one value for every class: the share of peak
@@ -101,6 +102,8 @@ ATTENTION_RATIO = RooflineParams().attention_efficiency / RooflineParams().compu
 # token (vLLM PR 19334), a few ms per request, 100 us per streamed token.
 START_FRONT_END = FrontEndParams(request_ms=4.0, prompt_token_us=1.3, output_token_us=100.0, ipc_ms=0.0)
 CHEAP_REPLAY_TOKENS = 30_000
+# In flight at once from which a point's steps fit the host time per row (is_large_batch).
+LARGE_BATCH_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,10 @@ def is_low_load(point: Point) -> bool:
 
 
 def is_large_batch(point: Point) -> bool:
-    return not is_pd(point) and point.num_prompts >= 500 and point.max_concurrency is None
+    """Aggregated runs of >= 64 requests in flight (a closed loop of 64, or 64 prompts at once): their steps
+    carry tens to hundreds of rows, so the host time per row is a share of each step."""
+    rows = point.max_concurrency if point.max_concurrency is not None else point.num_prompts
+    return not is_pd(point) and rows >= LARGE_BATCH_ROWS
 
 
 def is_cheap_replay(point: Point) -> bool:

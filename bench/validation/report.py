@@ -172,7 +172,7 @@ def render(
     lines += [
         "",
         "`used for`: the fits the point takes part in (bench/validation/fit.py): the efficiency factors of its",
-        "GPU class (engine-bound points), the host time per scheduled row (>= 500 requests at once), the",
+        "GPU class (engine-bound points), the host time per scheduled row (>= 64 requests in flight), the",
         "fixed times of small steps (host per step, MoE layer; <= 16 in flight), the",
         "API server's terms (points whose replay is cheap). P/D points are in no fit: they check the P/D",
         "timeline (cluster/kv_transfer.py presets) with what the aggregated points fitted.",

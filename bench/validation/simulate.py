@@ -46,13 +46,17 @@ MAX_POSITION_EMBEDDINGS = {
     "qwen3-8b": 40960,
     "qwen3-14b": 40960,
     "qwen3-32b": 40960,
+    "qwen3-30b-a3b": 40960,
     "qwen3-235b-a22b": 262144,
     "llama-3.1-8b": 131072,
+    "llama-3.1-70b": 131072,
     "qwen2-7b": 32768,
     "gpt-oss-20b": 131072,
     "gpt-oss-120b": 131072,
 }
 BLOCK_SIZE = 16
+# The first vLLM release whose engine schedules asynchronously by default.
+ASYNC_SCHEDULING_SINCE = (0, 14)
 # The connector a P/D point's source ran -> the `cluster.kv_transfer` preset
 # of the same connector (docs/cost-model.md, "The P/D hand-off").
 CONNECTOR_PRESETS = {"nixl": "nixl", "p2pnccl": "p2pnccl", "mooncake": "mooncake"}
@@ -179,7 +183,18 @@ def cost_dict(point: Point, params: RooflineParams) -> dict:
         "dtype": dtype,
         "kv_cache_dtype": kv,
         **asdict(params),
+        "host_overlap": 1.0 if async_scheduling(point) else 0.0,
     }
+
+
+def async_scheduling(point: Point) -> bool:
+    """Whether the run's engine scheduled asynchronously: the point's `async_scheduling` if set, else vLLM's
+    default for its version, on from 0.14.0 (vllm/config/vllm.py: unless pp > 1; docs/cost-model.md, "Host
+    time"); a version without a number (an unnamed main or image) is taken as older unless the point says."""
+    if point.async_scheduling is not None:
+        return point.async_scheduling
+    m = re.search(r"(\d+)\.(\d+)", point.vllm_version)
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= ASYNC_SCHEDULING_SINCE and point.pp == 1
 
 
 def kv_pool(point: Point, params: RooflineParams) -> tuple[int, bool]:

@@ -36,8 +36,8 @@ def test_calibrate_from_a_vllm_log_fits_decode_and_says_what_it_cannot(tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("fitted roofline cost model on 8 points: median |error| ")
     # Decode-only steps: nothing compute-bound, no prefill attention. And the
-    # preset's per-sequence host time (160 us, fitted on published vLLM 0.11
-    # runs; calibrate keeps it) leaves this sample's large decode batches less
+    # preset's per-sequence host time (80 us, fitted on published vLLM runs;
+    # calibrate keeps it) leaves this sample's large decode batches less
     # time than reading the K/V at the peak takes: kv_memory_efficiency (the
     # decode steps' K/V reads, most of their bytes at these contexts) is
     # pinned at its bound, and the fit says so; what is left moves every step
@@ -61,11 +61,12 @@ def test_concurrency_1_bench_serve_warns_of_factors_on_their_bound(tmp_path):
     assert "warning: memory_efficiency sits on its bound 1.0: the data want the hardware faster than its peak" in (
         "\n".join(lines)
     )
-    # On a bound: attention and the weight reads; attention and the K/V reads are not identifiable (prefills of
-    # one size range, decode of one request at a time).
+    # On a bound: the weight reads and the K/V reads (from the preset of the 2026-12-07 refit; attention and the
+    # weight reads from the one before); attention and the K/V reads are not identifiable (prefills of one size
+    # range, decode of one request at a time).
     assert _warnings(done.stderr) == [
-        "attention_efficiency",
         "memory_efficiency",
+        "kv_memory_efficiency",
         "attention_efficiency",
         "kv_memory_efficiency",
     ]

@@ -154,10 +154,14 @@ def test_fixed_times_are_fitted_only_where_low_load_points_identify_them():
     assert any(p.tp > 1 for p in low)
     assert identified_terms(low) == ["memory_efficiency", "host_overhead_ms", "moe_layer_us"]
     assert load_fitted()["in_sample"].layers["collective_latency_us"] == START_LAYERS["collective_latency_us"]
-    # Without Anyscale's gpt-oss-120b runs no low-load point runs TP > 1 or a MoE model.
-    assert identified_terms([p for p in low if p.lab != "anyscale"]) == ["memory_efficiency", "host_overhead_ms"]
+    # Without Anyscale's gpt-oss-120b runs the one MoE point at low load is a Qwen3-30B-A3B run on one H100
+    # (10 in flight): it alone identifies the MoE layer's time; without it too, no low-load point runs a MoE.
+    no_anyscale = [p for p in low if p.lab != "anyscale"]
+    assert identified_terms(no_anyscale) == ["memory_efficiency", "host_overhead_ms", "moe_layer_us"]
+    no_moe = [p for p in no_anyscale if p.lab != "vllm-pr23151-wenchen76"]
+    assert identified_terms(no_moe) == ["memory_efficiency", "host_overhead_ms"]
     fitted = load_fitted()
-    assert fitted["held_out"]["anyscale"].layers == START_LAYERS
+    assert fitted["held_out"]["anyscale"].layers["collective_latency_us"] == START_LAYERS["collective_latency_us"]
     # A fitted.json written before the per-layer terms reads with the cited values.
     old = fitted["in_sample"].to_dict()
     del old["layers"]
@@ -221,10 +225,30 @@ def test_a_held_out_fit_starts_from_the_in_sample_values_its_points_identify():
     # Without AMD's one MI300X point the cdna3 class is not fitted: the defaults, as from scratch.
     no_amd = warm_start([p for p in sim if p.lab != "amd"], start)
     assert set(no_amd.classes) == {"hopper"} and no_amd.host == start.host and no_amd.weights == start.weights
-    # Anyscale's runs alone: no batch of >= 500 requests (no host per row); their closed loops of 4 keep the
-    # small steps' terms and the API server's.
+    # Anyscale's runs alone: closed loops of 64 keep the host per row, those of 4 the small steps' terms and
+    # the API server's.
     anyscale = warm_start([p for p in sim if p.lab == "anyscale"], start)
-    assert anyscale.host == {"host_overhead_ms": 0.5} and anyscale.front_end == start.front_end
+    assert anyscale.host == start.host and anyscale.front_end == start.front_end
+    # AMD's one run at 32 in flight: no batch of >= 64 (no host per row), no small steps, no cheap replay.
+    amd = warm_start([p for p in sim if p.lab == "amd"], start)
+    assert (amd.host, amd.weights, amd.front_end) == ({}, {}, START_FRONT_END)
     # P/D points alone identify nothing.
     pd = warm_start([p for p in sim if p.pd is not None], start)
     assert (pd.classes, pd.host, pd.weights, pd.front_end) == ({}, {}, {}, START_FRONT_END)
+
+
+def test_async_scheduling_follows_the_version_unless_the_point_says():
+    # vLLM schedules asynchronously by default from 0.14.0 at pp 1 (docs/cost-model.md, "Host time"); the cost
+    # model then overlaps the host time with the GPU's.
+    from bench.validation.simulate import async_scheduling, cost_dict
+    from engine.roofline import RooflineParams
+
+    scicom = _point("scicom-qwen3-32b-h100-sxm-tp8-random-1k128-c100")  # vLLM 0.14.1
+    gpustack = _point("gpustack-qwen3-14b-h100-sharegpt")  # vLLM 0.11.0
+    amd = _point("amd-qwen3guard-gen-8b-mi300x-random-1k1k-c32")  # an image of 2026: the point says
+    assert (async_scheduling(scicom), async_scheduling(gpustack), async_scheduling(amd)) == (True, False, True)
+    assert not async_scheduling(scicom.model_copy(update={"pp": 2}))
+    assert not async_scheduling(scicom.model_copy(update={"async_scheduling": False}))
+    assert async_scheduling(gpustack.model_copy(update={"vllm_version": "0.15.0"}))
+    assert cost_dict(scicom, RooflineParams())["host_overlap"] == 1.0
+    assert cost_dict(gpustack, RooflineParams())["host_overlap"] == 0.0

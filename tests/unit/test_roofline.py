@@ -383,6 +383,22 @@ def test_host_time_grows_with_the_batch():
     assert m.step_time(SHAPES[1]) - base.step_time(SHAPES[1]) == pytest.approx(64 * 11e-6)
 
 
+def test_async_scheduling_hides_the_host_time_behind_the_gpus():
+    # vLLM's async scheduling prepares step N+1 while step N runs: with host_overlap 1 a step takes
+    # max(host, GPU); 0 (vLLM before 0.14's default) their sum; between, the share given overlaps.
+    serial = RooflineCostModel.from_dict({"model": "qwen3-8b", "gpu": "h100-sxm", "host_per_seq_us": 100.0})
+    shape = SHAPES[1]
+    host = serial.host_time(shape.batch_size, shape.prefill_tokens + shape.decode_tokens)
+    gpu = serial.step_time(shape) - host
+    assert 0 < host < gpu
+    assert serial.with_params(host_overlap=1.0).step_time(shape) == pytest.approx(gpu)
+    assert serial.with_params(host_overlap=0.5).step_time(shape) == pytest.approx(gpu + host / 2)
+    host_bound = serial.with_params(host_per_seq_us=10_000.0, host_overlap=1.0)
+    assert host_bound.step_time(shape) == pytest.approx(host_bound.host_time(shape.batch_size, 64))
+    with pytest.raises(ValueError, match="host_overlap"):
+        RooflineCostModel.from_dict({"model": "qwen3-8b", "gpu": "h100-sxm", "host_overlap": 1.5})
+
+
 def test_mxfp4_puts_the_experts_at_4_25_bits_and_the_rest_at_bf16():
     bf16 = RooflineCostModel.from_dict({"model": "gpt-oss-120b", "gpu": "h100-sxm"})
     mx = RooflineCostModel.from_dict({"model": "gpt-oss-120b", "gpu": "h100-sxm", "dtype": "mxfp4"})
