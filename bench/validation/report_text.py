@@ -49,11 +49,12 @@ METHOD = """## How each point is re-simulated
   (engine/data/gpus.json), tensor parallel as served, FP8 or MXFP4 weights and an FP8 KV cache
   where the point says so.
 - vLLM's serving defaults for the GPU, as `vllm serve` picks them: chunked prefill and prefix
-  caching on, async scheduling as the version's default (off before vLLM 0.14.0, on from it at
-  pp 1, or as the point says: the step's host time then overlaps its GPU time, `host_overlap` 1,
-  docs/cost-model.md "Host time"; the scheduler itself runs synchronously), block size 16, `gpu_memory_utilization` 0.9 unless the serve
-  command sets it; `max_num_batched_tokens` / `max_num_seqs` 8,192 / 1,024 on GPUs of >= 70 GiB
-  other than the A100, else 2,048 / 256; `max_model_len` the model's maximum unless set.
+  caching on, async scheduling as the version's default (off before vLLM 0.14.0, on from it at pp
+  1, or as the point says: the step's host time then overlaps its GPU time, `host_overlap` 1,
+  docs/cost-model.md "Host time"; the scheduler itself runs synchronously), block size 16,
+  `gpu_memory_utilization` 0.9 unless the serve command sets it; `max_num_batched_tokens` /
+  `max_num_seqs` 8,192 / 1,024 on GPUs of >= 70 GiB other than the A100, else 2,048 / 256;
+  `max_model_len` the model's maximum unless set.
 - The KV pool is sized as vLLM does (`num_gpu_blocks: auto`, docs/cost-model.md), raised to one
   `max_model_len` request where the estimate is below it ("start-up bound"): vLLM refuses to start
   below it and every published run started.
@@ -93,12 +94,13 @@ sides in the proxy, the NIXL hand-off, the default; the scenarios model no async
 Against the runs of the fit before (2026-12-03: host time per row 160 us, hopper dense GEMMs 0.4,
 50 us per streamed token: frozen workload +0.36 %, 0 ms, 1,713.6 -> 1,719.8 tok/s; cascade-inproc
 +0.83 %, 0 ms, 1,424.3 -> 1,436.2 tok/s; cascade +0.18 %, -73 ms, 11,350.5 -> 11,277.1 ms) the
-deltas are the same in kind and size; the absolute throughput is higher (frozen workload
-1,719.8 -> 2,004.4 tok/s, cascade-inproc 1,436.2 -> 1,630.1): 80 us per row (was 160) and dense
-GEMMs at 0.45 (was 0.4), while 100 us per streamed token (was 50) takes the front end's "to
-client" share of the TTFT from 8 to 11 ms. Earlier still, against the runs with 80 us per row, 2 ms per step, 200 us per streamed
-token: frozen workload +0.35 %, 0 ms, 2,027.5 -> 2,034.6 tok/s; cascade-inproc +0.84 %, 0 ms,
-1,676.7 -> 1,690.8 tok/s; cascade +0.20 %, -72 ms, 11,392.7 -> 11,320.5 ms. Against the same runs with the fit before the split
+deltas are the same in kind and size; the absolute throughput is higher (frozen workload 1,719.8
+-> 2,004.4 tok/s, cascade-inproc 1,436.2 -> 1,630.1): 80 us per row (was 160) and dense GEMMs at
+0.45 (was 0.4), while 100 us per streamed token (was 50) takes the front end's "to client" share
+of the TTFT from 8 to 11 ms. Earlier still, against the runs with 80 us per row, 2 ms per step,
+200 us per streamed token: frozen workload +0.35 %, 0 ms, 2,027.5 -> 2,034.6 tok/s; cascade-inproc
++0.84 %, 0 ms, 1,676.7 -> 1,690.8 tok/s; cascade +0.20 %, -72 ms, 11,392.7 -> 11,320.5 ms. Against
+the same runs with the fit before the split
 (one memory factor 0.5, 3 ms per step:
 frozen workload +0.30 %, 0 ms, P50 2,143.4 ms; cascade-inproc +0.39 %, 0 ms, 2,115.4 ms; cascade
 +0.17 %, -78 ms, 12,274.9 -> 12,197.0 ms), the deltas are unchanged in kind: the throughput gain

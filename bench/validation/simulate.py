@@ -194,7 +194,9 @@ def async_scheduling(point: Point) -> bool:
     if point.async_scheduling is not None:
         return point.async_scheduling
     m = re.search(r"(\d+)\.(\d+)", point.vllm_version)
-    return bool(m) and (int(m.group(1)), int(m.group(2))) >= ASYNC_SCHEDULING_SINCE and point.pp == 1
+    if m is None:
+        return False
+    return (int(m.group(1)), int(m.group(2))) >= ASYNC_SCHEDULING_SINCE and point.pp == 1
 
 
 def kv_pool(point: Point, params: RooflineParams) -> tuple[int, bool]:
