@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench.validation.fit as fit  # noqa: E402
 import bench.validation.report as report  # noqa: E402
+import bench.validation.roles as roles  # noqa: E402
 from bench.validation.dataset import Point  # noqa: E402
 from engine.model_shape import get_model  # noqa: E402
 from engine.roofline import RooflineParams  # noqa: E402
@@ -38,7 +39,7 @@ def rows_500() -> None:
     2026-12-07: GPUStack's runs alone)."""
 
     def is_large_batch(point: Point) -> bool:
-        return not fit.is_pd(point) and point.num_prompts >= 500 and point.max_concurrency is None
+        return not roles.is_pd(point) and point.num_prompts >= 500 and point.max_concurrency is None
 
     fit.is_large_batch = is_large_batch
     report.is_large_batch = is_large_batch

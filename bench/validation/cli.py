@@ -13,8 +13,9 @@ from bench.errors import InputError, did_you_mean
 from bench.progress import ItemProgress
 
 from .dataset import DATASET, INDEPENDENT, Point, load_all
-from .fit import FITTED, Fitted, Runs, fit, fit_fixed, is_pd, load_fitted, save_fitted
+from .fit import FITTED, Fitted, Runs, fit, fit_fixed, load_fitted, save_fitted
 from .report import METRICS, point_errors, render
+from .roles import is_pd
 from .simulate import skip_reason
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -56,6 +56,7 @@ from engine.model_shape import get_gpu, get_model
 from engine.roofline import RooflineParams
 
 from .dataset import Point
+from .roles import gpu_class, is_cheap_replay, is_engine_bound, is_large_batch, is_low_load
 from .simulate import EngineRun, Predicted, predict_from, run_engines
 
 FITTED = Path(__file__).resolve().parent / "fitted.json"
@@ -101,9 +102,6 @@ ATTENTION_RATIO = RooflineParams().attention_efficiency / RooflineParams().compu
 # cited figures (docs/cost-model.md, "The front end"): tokenization 1.3 us per
 # token (vLLM PR 19334), a few ms per request, 100 us per streamed token.
 START_FRONT_END = FrontEndParams(request_ms=4.0, prompt_token_us=1.3, output_token_us=100.0, ipc_ms=0.0)
-CHEAP_REPLAY_TOKENS = 30_000
-# In flight at once from which a point's steps fit the host time per row (is_large_batch).
-LARGE_BATCH_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -137,34 +135,6 @@ class Fitted:
         layers = dict(data.get("layers", START_LAYERS))
         front_end = checked_front_end(dict(data["front_end"]))
         return cls(dict(data["classes"]), dict(data["host"]), front_end, layers, dict(data.get("weights", {})))
-
-
-def gpu_class(point: Point) -> str:
-    return get_gpu(point.gpu).gpu_class
-
-
-def is_pd(point: Point) -> bool:
-    return point.pd is not None
-
-
-def is_engine_bound(point: Point) -> bool:
-    load = point.max_concurrency is None or point.max_concurrency >= 16
-    return not is_pd(point) and point.dataset == "random" and point.mean_input_len >= 1000 and load
-
-
-def is_low_load(point: Point) -> bool:
-    return not is_pd(point) and (point.max_concurrency or point.num_prompts) <= 16
-
-
-def is_large_batch(point: Point) -> bool:
-    """Aggregated runs of >= 64 requests in flight (a closed loop of 64, or 64 prompts at once): their steps
-    carry tens to hundreds of rows, so the host time per row is a share of each step."""
-    rows = point.max_concurrency if point.max_concurrency is not None else point.num_prompts
-    return not is_pd(point) and rows >= LARGE_BATCH_ROWS
-
-
-def is_cheap_replay(point: Point) -> bool:
-    return not is_pd(point) and point.num_prompts * point.mean_output_len <= CHEAP_REPLAY_TOKENS
 
 
 def score(point: Point, pred: Predicted) -> float:

@@ -11,8 +11,9 @@ from statistics import median
 from engine.roofline import RooflineParams
 
 from .dataset import Point
-from .fit import START_LAYERS, Fitted, is_cheap_replay, is_engine_bound, is_large_batch, is_low_load, is_pd
+from .fit import START_LAYERS, Fitted
 from .report_text import METHOD, SEED_CHECK
+from .roles import is_cheap_replay, is_engine_bound, is_large_batch, is_low_load, is_pd
 
 METRICS = (("mean_ttft_ms", "TTFT"), ("mean_tpot_ms", "TPOT"), ("output_throughput", "throughput"))
 GOALS = {"mean_ttft_ms": 25.0, "mean_tpot_ms": 15.0, "output_throughput": 15.0}
